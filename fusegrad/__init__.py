@@ -1,0 +1,20 @@
+"""fusegrad: a small deep-learning framework with lazy tensors and fused, compiled kernels.
+
+>>> from fusegrad import Tensor
+>>> (Tensor([1.0, 2.0, 3.0]) * 2).sum().item()
+12.0
+"""
+from fusegrad.tensor import Tensor
+from fusegrad.dtype import dtypes
+from fusegrad.device import Device
+from fusegrad.uop.ops import UOp, Variable
+from fusegrad.helpers import GlobalCounters, Context, getenv
+from fusegrad import nn  # noqa: F401
+
+def __getattr__(name: str):
+    if name == "TinyJit":
+        from fusegrad.engine.jit import TinyJit
+        return TinyJit
+    raise AttributeError(f"module 'fusegrad' has no attribute {name!r}")
+
+__all__ = ["Tensor", "dtypes", "Device", "UOp", "Variable", "GlobalCounters", "Context", "getenv", "nn", "TinyJit"]

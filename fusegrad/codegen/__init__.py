@@ -1,0 +1,72 @@
+"""Codegen: from a kernel AST (a SINK of STOREs over RANGEs) to a rendered ``ProgramSpec``.
+
+    simplify index math → optimize (codegen/opt) → launch dims → bfloat16 emulation
+    → reduces to accumulators → index dtype → linearize → render
+"""
+from __future__ import annotations
+from fusegrad.dtype import dtypes
+from fusegrad.helpers import prod, DEBUG, NOOPT
+from fusegrad.uop.ops import UOp, Ops, GroupOp, AxisType, graph_rewrite
+from fusegrad.uop.symbolic import symbolic
+from fusegrad.renderer import Renderer, ProgramSpec
+from fusegrad.codegen.lowering import lower_reduces, to_launch_dims, narrow_index_dtype, emulate_bfloat16
+from fusegrad.codegen.linearize import linearize
+
+def _range_size(r: UOp):
+    bound = r.src[0]
+    return bound.arg if bound.op is Ops.CONST else bound
+
+def kernel_name(ast: UOp) -> str:
+    """``E_4_16`` for elementwise work, ``r_64_16`` for a reduce: 'E'/'r' then the loop sizes."""
+    ranges = sorted([x for x in ast.toposort if x.op is Ops.RANGE], key=lambda r: r.arg[0])
+    has_reduce = any(x.op is Ops.REDUCE for x in ast.toposort)
+    sizes = "_".join(str(_range_size(r)) if isinstance(_range_size(r), int) else _range_size(r).render().replace(" ", "")
+                     for r in ranges)
+    name = ("r" if has_reduce else "E") + ("_" + sizes if sizes else "")
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+
+def estimate_cost(ast: UOp) -> tuple:
+    """(flops, bytes): ALU ops on values (not index math) times their loop trip counts, and the
+    bytes of every buffer the kernel touches."""
+    context: dict[UOp, frozenset] = {}
+    flops = 0
+    for x in ast.toposort:
+        ctx = frozenset().union(*(context[s] for s in x.src)) if x.src else frozenset()
+        if x.op is Ops.RANGE: ctx = ctx | {x}
+        if x.op is Ops.REDUCE: ctx = ctx - set(x.src[1:])
+        context[x] = ctx
+        counts_as = 2 if x.op is Ops.MULACC else 1
+        if (x.op in GroupOp.ALU and x.dtype != dtypes.index and not _is_index_math(x)) or x.op is Ops.REDUCE:
+            trips = prod(_range_size(r) for r in (context[x.src[0]] if x.op is Ops.REDUCE else ctx))
+            flops = flops + counts_as * trips
+    params = {x for x in ast.toposort if x.op is Ops.PARAM}
+    mem = sum(p.dtype.size * p.dtype.base.itemsize for p in params)
+    return flops, mem
+
+def _is_index_math(x: UOp) -> bool:
+    """Comparisons and boolean logic on index values (validity gates) are not counted as flops."""
+    return x.op in GroupOp.Comparison | {Ops.AND, Ops.OR} and all(s.dtype in (dtypes.index, dtypes.bool) for s in x.src) \
+        and any(s.dtype == dtypes.index for s in x.toposort if s is not x)
+
+def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> ProgramSpec:
+    """Optimize, lower, linearize and render one kernel."""
+    ast = graph_rewrite(ast, symbolic)
+    name = kernel_name(ast)
+    flops, mem = estimate_cost(ast)
+    applied: tuple = ()
+    from fusegrad.codegen.opt import optimize_kernel
+    ast, applied = optimize_kernel(ast, renderer, opts)
+    if renderer.has_local: ast, global_size, local_size = to_launch_dims(ast)
+    else: global_size, local_size = [1, 1, 1], None
+    ast = emulate_bfloat16(ast)
+    ast = lower_reduces(ast)
+    ast = graph_rewrite(ast, symbolic)
+    ast = narrow_index_dtype(ast)
+    uops = linearize(ast)
+    if DEBUG >= 6:
+        for i, u in enumerate(uops): print(f"{i:4d} {u.op.name:12s} {u.dtype!r:24s} {u.arg!r}")
+    src = renderer.render(name, uops)
+    variables = [u for u in uops if u.op is Ops.DEFINE_VAR]
+    outs = sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM})
+    ins = sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM})
+    return ProgramSpec(name, src, renderer.device, uops, global_size, local_size, variables, outs, ins, flops, mem, applied)

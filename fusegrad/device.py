@@ -1,0 +1,255 @@
+"""Devices: the registry, Buffer, and the Allocator / Compiler / Program interfaces.
+
+A device is a ``Compiled``: an Allocator (memory), a Renderer (linear UOps → source), a Compiler
+(source → binary, cached on disk) and a Program class (binary → something callable).
+
+>>> Device.DEFAULT in ("CPU", "PYTHON")
+True
+>>> buf = Buffer("CPU", 4, dtypes.float32).ensure_allocated()
+"""
+from __future__ import annotations
+import ctypes, functools, importlib, os, pathlib, sqlite3, threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+from fusegrad.dtype import DType, dtypes, ImageDType
+from fusegrad.helpers import DEBUG, GlobalCounters, getenv, cache_dir, content_hash, CACHELEVEL
+
+# ---------------------------------------------------------------- registry
+
+RUNTIMES = {"CPU": "ops_cpu", "PYTHON": "ops_python", "NPY": "ops_npy", "DISK": "ops_disk", "LLVM": "ops_llvm",
+            "CL": "ops_cl", "CUDA": "ops_cuda", "NULL": "ops_null"}
+LEGACY_FLAGS = {"CLANG": "CPU", "CPU": "CPU", "LLVM": "CPU:LLVM", "PYTHON": "PYTHON", "GPU": "CL", "CL": "CL", "CUDA": "CUDA"}
+
+class _Device:
+    """``Device["CPU"]`` opens (once) and returns a device; ``Device.DEFAULT`` is the default name."""
+    def __init__(self) -> None:
+        self._opened: dict[str, Compiled] = {}
+        self._lock = threading.Lock()
+    @staticmethod
+    def canonicalize(name: str | None) -> str:
+        """``"cpu:0"`` → ``"CPU"``; ``"disk:/path"`` keeps its path; ``"CPU:1"`` stays a separate instance."""
+        if name is None: return Device.DEFAULT
+        if not isinstance(name, str): raise TypeError(f"device must be a string, got {type(name).__name__}")
+        if name.upper().startswith("DISK:"): return "DISK:" + name[5:]
+        base, _, rest = name.partition(":")
+        base = base.upper()
+        base = {"CLANG": "CPU", "GPU": "CL", "OPENCL": "CL"}.get(base, base)
+        if base not in RUNTIMES: raise RuntimeError(f"unknown device {name!r}; known devices: {sorted(RUNTIMES)}")
+        if rest in ("", "0"): return base
+        return f"{base}:{rest.upper() if not rest.isdigit() else rest}"
+    def __getitem__(self, name: str) -> "Compiled":
+        name = self.canonicalize(name)
+        if (opened := self._opened.get(name)) is not None: return opened
+        with self._lock:
+            if name not in self._opened:
+                base = name.split(":")[0]
+                module = importlib.import_module(f"fusegrad.runtime.{RUNTIMES[base]}")
+                device_class = next(v for k, v in module.__dict__.items() if k.lower() == f"{base.lower()}device")
+                self._opened[name] = device_class(name)
+                if DEBUG >= 1: print(f"opened device {name}")
+        return self._opened[name]
+    @functools.cached_property
+    def DEFAULT(self) -> str:
+        if (dev := os.environ.get("DEV")): return self.canonicalize(dev)
+        for flag, dev in LEGACY_FLAGS.items():
+            if getenv(flag, 0) == 1: return self.canonicalize(dev)
+        return "CPU"
+
+Device = _Device()
+
+# ---------------------------------------------------------------- memory
+
+class Allocator:
+    """Device memory: alloc/free/copyin/copyout, with a cache of freed buffers (LRU=0 disables)."""
+    def __init__(self) -> None:
+        self.cache: dict[tuple[int, Any], list[Any]] = {}
+    def alloc(self, size: int, options: Any = None) -> Any:
+        if size <= 0: raise ValueError(f"buffer size must be positive, got {size}")
+        if (cached := self.cache.get((size, options))): return cached.pop()
+        try: return self._alloc(size, options)
+        except MemoryError:
+            self.free_cache()
+            return self._alloc(size, options)
+    def free(self, opaque: Any, size: int, options: Any = None) -> None:
+        if getenv("LRU", 1) and not (options is not None and getattr(options, "nolru", False)):
+            self.cache.setdefault((size, options), []).append(opaque)
+        else: self._free(opaque, options)
+    def free_cache(self) -> None:
+        for (_, options), opaques in self.cache.items():
+            for opaque in opaques: self._free(opaque, options)
+        self.cache.clear()
+    # subclasses implement these
+    def _alloc(self, size: int, options: Any) -> Any: raise NotImplementedError(f"{type(self).__name__} can't allocate")
+    def _free(self, opaque: Any, options: Any) -> None: pass
+    def _copyin(self, dest: Any, src: memoryview) -> None: raise NotImplementedError
+    def _copyout(self, dest: memoryview, src: Any) -> None: raise NotImplementedError
+    def _as_buffer(self, src: Any) -> memoryview: raise NotImplementedError
+    def _offset(self, opaque: Any, size: int, offset: int) -> Any: raise NotImplementedError
+
+class MallocAllocator(Allocator):
+    """Host memory from ctypes arrays (64-byte aligned so vector loads are fast). Zero-copy views."""
+    def _alloc(self, size: int, options: Any) -> Any:
+        raw = (ctypes.c_uint8 * (size + 64))()
+        offset = (-ctypes.addressof(raw)) % 64
+        return (ctypes.c_uint8 * size).from_buffer(raw, offset)
+    def _as_buffer(self, src: Any) -> memoryview: return memoryview(src).cast("B")
+    def _copyin(self, dest: Any, src: memoryview) -> None: ctypes.memmove(dest, bytes(src) if src.readonly else _addr(src), src.nbytes)
+    def _copyout(self, dest: memoryview, src: Any) -> None: ctypes.memmove(_addr(dest), src, len(dest))
+    def _offset(self, opaque: Any, size: int, offset: int) -> Any: return (ctypes.c_uint8 * size).from_buffer(opaque, offset)
+
+def _addr(mv: memoryview) -> int:
+    """Address of a writable memoryview's data."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(mv))
+
+@dataclass(frozen=True)
+class BufferSpec:
+    image: ImageDType | None = None
+    uncached: bool = False
+    cpu_access: bool = False
+    host: bool = False
+    nolru: bool = False
+
+BufferOptions = BufferSpec
+
+class Buffer:
+    """A device allocation of ``size`` elements of ``dtype``; may be a view into a base buffer."""
+    def __init__(self, device: str, size: int, dtype: DType, opaque: Any = None, options: BufferSpec | None = None,
+                 initial_value: bytes | None = None, base: "Buffer | None" = None, offset: int = 0, preallocate: bool = False):
+        if not isinstance(size, int) or size < 0: raise ValueError(f"buffer size must be a non-negative int, got {size!r}")
+        self.device, self.size, self.dtype, self.options, self.offset = device, size, dtype, options, offset
+        self._base = base
+        if base is not None:
+            if base._base is not None: raise RuntimeError("a view's base must itself be a base buffer")
+            if offset + size * dtype.itemsize > base.nbytes: raise ValueError("buffer view exceeds its base")
+        if opaque is not None: self.allocate(opaque)
+        if initial_value is not None:
+            self.allocate()
+            self.copyin(memoryview(initial_value))
+        if preallocate: self.allocate()
+    @property
+    def base(self) -> "Buffer": return self._base if self._base is not None else self
+    @property
+    def nbytes(self) -> int: return self.size * self.dtype.itemsize
+    def is_allocated(self) -> bool: return hasattr(self, "_buf")
+    def ensure_allocated(self) -> "Buffer": return self if self.is_allocated() else self.allocate()
+    def allocate(self, opaque: Any = None) -> "Buffer":
+        if self.is_allocated(): raise RuntimeError("buffer is already allocated")
+        self.allocator = Device[self.device].allocator
+        if self._base is not None:
+            self._base.ensure_allocated()
+            self._buf = self.allocator._offset(self._base._buf, self.nbytes, self.offset)
+        else:
+            self._buf = opaque if opaque is not None else self.allocator.alloc(max(self.nbytes, 1), self.options)
+            if opaque is None:
+                GlobalCounters.mem_used += self.nbytes
+                GlobalCounters.mem_high_water = max(GlobalCounters.mem_high_water, GlobalCounters.mem_used)
+            self._owns = opaque is None
+        return self
+    def deallocate(self) -> None:
+        if not self.is_allocated(): return
+        if self._base is None and getattr(self, "_owns", False):
+            GlobalCounters.mem_used -= self.nbytes
+            self.allocator.free(self._buf, max(self.nbytes, 1), self.options)
+        del self._buf
+    def __del__(self) -> None:
+        try: self.deallocate()
+        except Exception: pass
+    def view(self, size: int, dtype: DType, offset: int) -> "Buffer":
+        """A sub-buffer sharing memory: ``size`` elements of ``dtype`` starting at byte ``offset``."""
+        if self._base is not None: return Buffer(self.device, size, dtype, base=self._base, offset=self.offset + offset)
+        return Buffer(self.device, size, dtype, base=self, offset=offset)
+    def as_buffer(self, allow_zero_copy: bool = False) -> memoryview:
+        if allow_zero_copy and hasattr(self.allocator, "_as_buffer"):
+            try: return self.allocator._as_buffer(self._buf)
+            except NotImplementedError: pass
+        return self.copyout(memoryview(bytearray(self.nbytes)))
+    def copyin(self, mv: memoryview) -> "Buffer":
+        mv = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+        if mv.nbytes != self.nbytes: raise ValueError(f"copyin of {mv.nbytes} bytes into a buffer of {self.nbytes} bytes")
+        self.ensure_allocated()
+        if mv.nbytes: self.allocator._copyin(self._buf, mv)
+        return self
+    def copyout(self, mv: memoryview) -> memoryview:
+        mv = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+        if mv.nbytes != self.nbytes: raise ValueError(f"copyout of {self.nbytes} bytes into {mv.nbytes} bytes")
+        self.ensure_allocated()
+        if mv.nbytes: self.allocator._copyout(mv, self._buf)
+        return mv
+    def numpy(self) -> Any:
+        import numpy as np
+        from fusegrad.dtype import to_np_dtype
+        return np.frombuffer(self.as_buffer(), dtype=to_np_dtype(self.dtype)).copy()
+    def __repr__(self) -> str:
+        return f"<buf device:{self.device} size:{self.size} dtype:{self.dtype}{' offset:'+str(self.offset) if self._base else ''}>"
+
+# ---------------------------------------------------------------- compiling
+
+class CompileError(Exception):
+    """The backend compiler rejected generated source (the message has the compiler's output)."""
+
+class Compiler:
+    """Turns source into a binary. ``compile_cached`` keeps results in an on-disk cache keyed by
+    the source hash and ``cachekey`` (which names the compiler and its flags)."""
+    def __init__(self, cachekey: str | None = None):
+        self.cachekey = cachekey if getenv("DISABLE_COMPILER_CACHE", 0) == 0 else None
+    def compile(self, src: str) -> bytes: return src.encode()
+    def compile_cached(self, src: str) -> bytes:
+        if self.cachekey is None or CACHELEVEL < 1: return self.compile(src)
+        key = content_hash(self.cachekey, src)
+        if (cached := diskcache_get("compile", key)) is not None: return cached
+        lib = self.compile(src)
+        diskcache_put("compile", key, lib)
+        return lib
+
+class Compiled:
+    """A device: allocator, renderer, compiler, program class and an optional JIT graph class."""
+    def __init__(self, device: str, allocator: Allocator, renderer: Any, compiler: Compiler, runtime: Callable, graph: Any = None):
+        self.device, self.allocator, self.renderer, self.compiler, self.runtime, self.graph = \
+            device, allocator, renderer, compiler, runtime, graph
+    def synchronize(self) -> None: pass
+    @property
+    def dname(self) -> str: return self.device
+
+# ---------------------------------------------------------------- the disk cache (sqlite, safe across processes)
+
+_db_lock = threading.Lock()
+_db_connection: sqlite3.Connection | None = None
+
+def _db() -> sqlite3.Connection:
+    global _db_connection
+    if _db_connection is None:
+        path = getenv("CACHEDB", str(cache_dir() / "cache.db"))
+        _db_connection = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+        try: _db_connection.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.OperationalError: pass
+    return _db_connection
+
+CACHE_VERSION = 1
+
+def diskcache_get(table: str, key: str) -> Any:
+    """Read a value written by ``diskcache_put`` (None when missing or caching is off)."""
+    if CACHELEVEL < 1: return None
+    import pickle
+    with _db_lock:
+        try: row = _db().execute(f"SELECT val FROM {table}_{CACHE_VERSION} WHERE key=?", (key,)).fetchone()
+        except sqlite3.OperationalError: return None
+    return pickle.loads(row[0]) if row is not None else None
+
+def diskcache_put(table: str, key: str, value: Any) -> Any:
+    if CACHELEVEL < 1: return value
+    import pickle
+    with _db_lock:
+        conn = _db()
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {table}_{CACHE_VERSION} (key TEXT PRIMARY KEY, val BLOB)")
+        conn.execute(f"INSERT OR REPLACE INTO {table}_{CACHE_VERSION} (key, val) VALUES (?, ?)", (key, pickle.dumps(value)))
+    return value
+
+def diskcache_clear() -> None:
+    with _db_lock:
+        conn = _db()
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
+            conn.execute(f"DROP TABLE IF EXISTS {name}")
+
+def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
+    """Whether ``device`` can hold and compute ``dtype`` (every dtype works on CPU and PYTHON)."""
+    return dtypes.concrete(dtype) in dtypes.all

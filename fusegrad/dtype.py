@@ -1,0 +1,274 @@
+"""Data types, the promotion lattice and the accumulation rules.
+
+A ``DType`` is a small frozen record (priority, itemsize, name, struct format, vector count).
+Promotion follows tinygrad: ``least_upper_dtype`` finds the lowest common ancestor in a lattice
+(bool → int8 → ... → float64). Python literals get *weak* dtypes (``weakint``, ``weakfloat``)
+that adopt the other operand's dtype and become ``default_int`` / ``default_float`` on their own.
+
+>>> least_upper_dtype(dtypes.int8, dtypes.uint8)
+dtypes.int16
+>>> least_upper_dtype(dtypes.int32, dtypes.weakfloat) == dtypes.default_float
+True
+"""
+from __future__ import annotations
+import functools, math, struct
+from dataclasses import dataclass
+from typing import Any, Final
+
+ConstType = float | int | bool
+
+@dataclass(frozen=True, eq=True)
+class DType:
+    """One scalar or vector type. ``dtypes.float32.vec(4)`` is a float4 used by vectorized code."""
+    priority: int
+    itemsize: int
+    name: str
+    fmt: str | None
+    count: int = 1
+    _scalar: "DType | None" = None
+
+    def __repr__(self) -> str:
+        if self.count > 1: return f"dtypes.{self.scalar().name}.vec({self.count})"
+        return f"dtypes.{INVERSE_NAMES.get(self, self.name)}"
+    def __lt__(self, other: "DType") -> bool:
+        return (self.priority, self.itemsize, self.name, self.count) < (other.priority, other.itemsize, other.name, other.count)
+    @property
+    def base(self) -> "DType": return self
+    @property
+    def vcount(self) -> int: return self.count
+    @functools.cache
+    def vec(self, size: int) -> "DType":
+        """The vector type with ``size`` lanes of this scalar type."""
+        assert self.count == 1, f"can't vectorize {self} with size {size}"
+        if size == 1: return self
+        return DType(self.priority, self.itemsize * size, f"{self.name}{size}", None, size, self)
+    def scalar(self) -> "DType": return self._scalar if self._scalar is not None else self
+    def ptr(self, size: int = -1, local: bool = False) -> "PtrDType":
+        return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, None, self, local, size)
+    @property
+    def nbytes(self) -> int: raise RuntimeError("use .itemsize for a DType")
+
+@dataclass(frozen=True, eq=True)
+class PtrDType(DType):
+    """A pointer to a buffer of ``_base`` in global (or local, shared) memory with ``size`` elements."""
+    _base: DType = None  # type: ignore[assignment]
+    local: bool = False
+    size: int = -1
+    @property
+    def base(self) -> DType: return self._base
+    def __repr__(self) -> str: return f"{self._base!r}.ptr({self.size}{', local=True' if self.local else ''})"
+
+@dataclass(frozen=True, eq=True)
+class ImageDType(PtrDType):
+    """An OpenCL image (kept for API compatibility; fusegrad's CPU backends never create one)."""
+    shape: tuple[int, ...] = ()
+
+class dtypes:
+    """Every dtype fusegrad knows, plus helpers (``is_float``, ``min``, ``max``, ``finfo`` ...)."""
+    void: Final = DType(-1, 0, "void", None)
+    bool: Final = DType(0, 1, "bool", "?")
+    int8: Final = DType(1, 1, "signed char", "b")
+    uint8: Final = DType(2, 1, "unsigned char", "B")
+    int16: Final = DType(3, 2, "short", "h")
+    uint16: Final = DType(4, 2, "unsigned short", "H")
+    int32: Final = DType(5, 4, "int", "i")
+    uint32: Final = DType(6, 4, "unsigned int", "I")
+    int64: Final = DType(7, 8, "long", "q")
+    uint64: Final = DType(8, 8, "unsigned long", "Q")
+    fp8e4m3: Final = DType(9, 1, "float8_e4m3", None)
+    fp8e5m2: Final = DType(10, 1, "float8_e5m2", None)
+    fp8e4m3fnuz: Final = DType(9, 1, "float8_e4m3fnuz", None)
+    fp8e5m2fnuz: Final = DType(10, 1, "float8_e5m2fnuz", None)
+    float16: Final = DType(11, 2, "half", "e")
+    bfloat16: Final = DType(12, 2, "__bf16", None)
+    float32: Final = DType(13, 4, "float", "f")
+    float64: Final = DType(14, 8, "double", "d")
+    # weak dtypes of Python literals: they take the other operand's dtype
+    weakint: Final = DType(5, 4, "weakint", "i")
+    weakfloat: Final = DType(13, 4, "weakfloat", "f")
+    # index arithmetic inside kernels (narrowed to int32 when bounds allow)
+    index: Final = DType(-2, 8, "index", "q")
+
+    # aliases
+    half = float16; float = float32; double = float64
+    uchar = uint8; ushort = uint16; uint = uint32; ulong = uint64
+    char = int8; short = int16; int = int32; long = int64
+    fp8e4m3fn = fp8e4m3
+
+    default_float: DType = float32
+    default_int: DType = int32
+
+    fp8s: Final = (fp8e4m3, fp8e5m2, fp8e4m3fnuz, fp8e5m2fnuz)
+    floats: Final = fp8s + (float16, bfloat16, float32, float64)
+    uints: Final = (uint8, uint16, uint32, uint64)
+    sints: Final = (int8, int16, int32, int64)
+    ints: Final = uints + sints
+    all: Final = (bool,) + ints + floats
+
+    @staticmethod
+    def is_float(x: DType) -> bool:
+        """``dtypes.is_float(dtypes.half) is True``"""
+        return x.scalar() in dtypes.floats or x.scalar() == dtypes.weakfloat
+    @staticmethod
+    def is_int(x: DType) -> bool:
+        """``dtypes.is_int(dtypes.uint8) is True`` (bool is not an int)."""
+        return x.scalar() in dtypes.ints or x.scalar() in (dtypes.weakint, dtypes.index)
+    @staticmethod
+    def is_unsigned(x: DType) -> bool:
+        return x.scalar() in dtypes.uints
+    @staticmethod
+    def is_bool(x: DType) -> bool:
+        return x.scalar() == dtypes.bool
+    @staticmethod
+    def is_weak(x: DType) -> bool:
+        return x.scalar() in (dtypes.weakint, dtypes.weakfloat)
+    @staticmethod
+    def concrete(x: DType) -> DType:
+        """The dtype a value is stored in: weak dtypes become the current defaults."""
+        if x == dtypes.weakint: return dtypes.default_int
+        if x == dtypes.weakfloat: return dtypes.default_float
+        return x
+    @staticmethod
+    def from_py(x: Any) -> DType:
+        """The weak dtype of a Python value: ``dtypes.from_py(1.5) == dtypes.weakfloat``."""
+        if isinstance(x, bool): return dtypes.bool
+        if isinstance(x, float): return dtypes.weakfloat
+        if isinstance(x, int): return dtypes.weakint
+        if isinstance(x, (list, tuple)):
+            return max((dtypes.from_py(e) for e in x), default=dtypes.default_float, key=lambda d: d.priority)
+        raise TypeError(f"cannot infer a dtype from {x!r} of type {type(x).__name__}")
+    @staticmethod
+    def as_const(val: Any, dtype: DType) -> ConstType:
+        """Convert a Python value to what a constant of ``dtype`` holds (wrapping ints like C)."""
+        dtype = dtype.scalar()
+        if isinstance(val, tuple): return tuple(dtypes.as_const(v, dtype) for v in val)  # type: ignore[return-value]
+        if dtypes.is_int(dtype):
+            if isinstance(val, float) and not math.isfinite(val): return 0
+            ival = int(val)
+            if dtype in (dtypes.weakint, dtypes.index): return ival
+            bits = 8 * dtype.itemsize
+            ival &= (1 << bits) - 1
+            if not dtypes.is_unsigned(dtype) and ival >= 1 << (bits - 1): ival -= 1 << bits
+            return ival
+        if dtype == dtypes.bool: return bool(val)
+        return float(val)
+    @staticmethod
+    def min(dtype: DType) -> ConstType:
+        """Smallest value: ``dtypes.min(dtypes.int8) == -128``; ``-inf`` for floats."""
+        dtype = dtypes.concrete(dtype.scalar())
+        if dtypes.is_int(dtype): return 0 if dtypes.is_unsigned(dtype) else -2**(dtype.itemsize*8-1)
+        return -math.inf if dtypes.is_float(dtype) else False
+    @staticmethod
+    def max(dtype: DType) -> ConstType:
+        """Largest value: ``dtypes.max(dtypes.uint8) == 255``; ``inf`` for floats."""
+        dtype = dtypes.concrete(dtype.scalar())
+        if dtypes.is_int(dtype): return 2**(dtype.itemsize*8) - 1 + dtypes.min(dtype)  # type: ignore[operator]
+        return math.inf if dtypes.is_float(dtype) else True
+    @staticmethod
+    def finfo(dtype: DType) -> tuple[int, int]:
+        """(exponent bits, mantissa bits) of a float dtype: ``dtypes.finfo(dtypes.half) == (5, 10)``."""
+        dtype = dtypes.concrete(dtype)
+        if not dtypes.is_float(dtype): raise TypeError(f"{dtype} is not a float dtype")
+        return FINFO[dtype]
+    @staticmethod
+    def fields() -> dict[str, DType]: return dict(DTYPES_DICT)
+
+FINFO = {dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23), dtypes.float64: (11, 52),
+         dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2), dtypes.fp8e4m3fnuz: (4, 3), dtypes.fp8e5m2fnuz: (5, 2)}
+
+DTYPES_DICT: dict[str, DType] = {k: v for k, v in dtypes.__dict__.items()
+                                 if isinstance(v, DType) and not k.startswith(("default", "void", "index", "weak"))
+                                 and k not in ("half", "float", "double", "uchar", "ushort", "uint", "ulong", "char",
+                                               "short", "int", "long", "fp8e4m3fn")}
+INVERSE_NAMES: dict[DType, str] = {v: k for k, v in DTYPES_DICT.items()} | {
+    dtypes.weakint: "weakint", dtypes.weakfloat: "weakfloat", dtypes.index: "index", dtypes.void: "void"}
+INVERSE_DTYPES_DICT = {v.name: k for k, v in DTYPES_DICT.items()}
+
+def to_dtype(x: "DType | str") -> DType:
+    """Accept a DType or its name (``"float32"``, ``"half"``)."""
+    if isinstance(x, DType): return x
+    if isinstance(x, str) and hasattr(dtypes, x) and isinstance(getattr(dtypes, x), DType): return getattr(dtypes, x)
+    raise TypeError(f"unknown dtype {x!r}")
+
+# ---------------------------------------------------------------- promotion lattice
+# Each dtype lists the dtypes directly above it. The least upper bound is the lowest (by priority)
+# dtype reachable from all inputs.
+PROMO_LATTICE: dict[DType, list[DType]] = {
+    dtypes.bool: [dtypes.int8, dtypes.uint8],
+    dtypes.int8: [dtypes.int16], dtypes.int16: [dtypes.int32], dtypes.int32: [dtypes.int64],
+    dtypes.int64: [dtypes.fp8e4m3, dtypes.fp8e5m2],
+    dtypes.uint8: [dtypes.int16, dtypes.uint16], dtypes.uint16: [dtypes.int32, dtypes.uint32],
+    dtypes.uint32: [dtypes.int64, dtypes.uint64], dtypes.uint64: [dtypes.fp8e4m3, dtypes.fp8e5m2],
+    dtypes.fp8e4m3: [dtypes.float16, dtypes.bfloat16], dtypes.fp8e5m2: [dtypes.float16, dtypes.bfloat16],
+    dtypes.fp8e4m3fnuz: [dtypes.float16, dtypes.bfloat16], dtypes.fp8e5m2fnuz: [dtypes.float16, dtypes.bfloat16],
+    dtypes.float16: [dtypes.float32], dtypes.bfloat16: [dtypes.float32], dtypes.float32: [dtypes.float64],
+}
+
+@functools.cache
+def _get_recursive_parents(dtype: DType) -> frozenset[DType]:
+    if dtype == dtypes.float64: return frozenset({dtypes.float64})
+    return frozenset({dtype}).union(*(_get_recursive_parents(d) for d in PROMO_LATTICE[dtype]))
+
+def least_upper_dtype(*ds: DType) -> DType:
+    """The dtype that every input promotes to. Weak (literal) dtypes adopt the strong dtype:
+    an int literal keeps any dtype, a float literal turns non-float results into default_float."""
+    strong = [d for d in ds if not dtypes.is_weak(d)]
+    has_weak_float = any(d == dtypes.weakfloat for d in ds)
+    if not strong: return dtypes.weakfloat if has_weak_float else dtypes.weakint
+    result = min(set.intersection(*[set(_get_recursive_parents(d)) for d in strong]))
+    if has_weak_float and not dtypes.is_float(result): return dtypes.default_float
+    if any(d == dtypes.weakint for d in ds) and result == dtypes.bool: return dtypes.default_int
+    return result
+
+def least_upper_float(dtype: DType) -> DType:
+    """``dtype`` itself if it is a float, otherwise the default float (int / 2 gives a float)."""
+    if dtypes.is_float(dtype): return dtype
+    return least_upper_dtype(dtype, dtypes.default_float) if not dtypes.is_weak(dtype) else dtypes.weakfloat
+
+def sum_acc_dtype(dtype: DType) -> DType:
+    """The dtype a sum accumulates in: unsigned → at least uint32, ints and bool → at least int32,
+    floats → at least float32."""
+    if dtypes.is_weak(dtype): return dtype
+    if dtypes.is_unsigned(dtype): return least_upper_dtype(dtype, dtypes.uint32)
+    if dtypes.is_int(dtype) or dtype == dtypes.bool: return least_upper_dtype(dtype, dtypes.int32)
+    return least_upper_dtype(dtype, dtypes.float32)
+
+# ---------------------------------------------------------------- numpy interop
+
+def to_np_dtype(dtype: DType) -> Any:
+    """The numpy dtype that holds ``dtype`` (bfloat16 and fp8 have none: they travel as raw bits)."""
+    import numpy as np
+    dtype = dtypes.concrete(dtype)
+    if dtype.fmt is None: raise TypeError(f"numpy has no dtype for {dtype}")
+    return np.dtype(dtype.fmt)
+
+def from_np(np_dtype: Any) -> DType:
+    """``from_np(np.float32) == dtypes.float32``"""
+    import numpy as np
+    np_dtype = np.dtype(np_dtype)
+    for d in (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
+              dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64):
+        if np.dtype(d.fmt) == np_dtype: return d
+    raise TypeError(f"numpy dtype {np_dtype} is not supported")
+
+def truncate_float(x: float, dtype: DType) -> float:
+    """Round a Python float to the precision of ``dtype`` (so constant folding matches kernels)."""
+    if not math.isfinite(x): return x
+    if dtype == dtypes.float32:
+        try: return struct.unpack("f", struct.pack("f", x))[0]
+        except OverflowError: return math.copysign(math.inf, x)
+    if dtype == dtypes.float16:
+        try: return struct.unpack("e", struct.pack("e", x))[0]
+        except OverflowError: return math.copysign(math.inf, x)
+    if dtype == dtypes.bfloat16: return bits_to_bf16(float_to_bf16_bits(x))
+    return x
+
+def float_to_bf16_bits(x: float) -> int:
+    """float → bfloat16 bits, rounding to nearest even (NaN stays NaN)."""
+    if math.isnan(x): return 0x7FC0
+    try: bits = struct.unpack("I", struct.pack("f", x))[0]
+    except OverflowError: return 0x7F80 if x > 0 else 0xFF80
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+
+def bits_to_bf16(bits: int) -> float:
+    return struct.unpack("f", struct.pack("I", (bits & 0xFFFF) << 16))[0]

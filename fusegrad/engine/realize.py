@@ -1,0 +1,105 @@
+"""Run schedules: lower each ScheduleItem to a runner (a compiled kernel or a copy), run it, and
+keep ``GlobalCounters`` and the DEBUG output.
+
+``capturing`` holds hooks (the JIT) that see every ExecItem as it runs.
+"""
+from __future__ import annotations
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+from fusegrad.device import Device, Buffer
+from fusegrad.helpers import DEBUG, GlobalCounters, colored, BEAM, NOOPT, ansilen
+from fusegrad.uop.ops import UOp, Ops, sym_infer
+from fusegrad.renderer import ProgramSpec
+
+class Runner:
+    """Something that runs on a device with buffers: a compiled kernel or a copy."""
+    def __init__(self, display_name: str, device: str, op_estimate: Any = 0, mem_estimate: Any = 0):
+        self.display_name, self.device, self.op_estimate, self.mem_estimate = display_name, device, op_estimate, mem_estimate
+    def __call__(self, bufs: list[Buffer], var_vals: dict[UOp, int], wait: bool = False) -> float | None:
+        raise NotImplementedError
+
+class CompiledRunner(Runner):
+    """A rendered kernel, compiled (through the on-disk cache) and loaded."""
+    def __init__(self, p: ProgramSpec, precompiled: bytes | None = None):
+        self.p = p
+        device = Device[p.device]
+        if DEBUG >= 4: print(p.src)
+        self.lib = precompiled if precompiled is not None else device.compiler.compile_cached(p.src)
+        self._prg = device.runtime(p.name, self.lib)
+        super().__init__(colored(p.name, "cyan" if p.name.startswith("r") else "blue"), p.device, p.op_estimate, p.mem_estimate)
+    def __reduce__(self): return self.__class__, (self.p, self.lib)
+    def __call__(self, bufs: list[Buffer], var_vals: dict[UOp, int], wait: bool = False) -> float | None:
+        values_by_name = {v.expr: val for v, val in var_vals.items()}
+        missing = [v.arg[0] for v in self.p.vars if v.arg[0] not in values_by_name]
+        if missing: raise RuntimeError(f"kernel {self.p.name} needs values for variables {missing}")
+        global_size, local_size = self.p.launch_dims({v: values_by_name[v.arg[0]] for v in self.p.vars})
+        return self._prg(*[b._buf for b in bufs], global_size=tuple(global_size),
+                         local_size=tuple(local_size) if local_size is not None else None,
+                         vals=tuple(values_by_name[v.arg[0]] for v in self.p.vars), wait=wait)
+
+class BufferCopy(Runner):
+    """Copy one buffer into another, possibly across devices, through host memory."""
+    def __init__(self, nbytes: int, dest_device: str, src_device: str):
+        super().__init__(colored(f"copy {nbytes:8d}, {dest_device[:7]:>7s} <- {src_device[:7]:7s}", "yellow"), dest_device, 0, nbytes)
+    def __call__(self, bufs: list[Buffer], var_vals: dict[UOp, int], wait: bool = False) -> float | None:
+        dest, src = bufs[0], bufs[1]
+        start = time.perf_counter()
+        if dest.nbytes != src.nbytes: raise RuntimeError(f"copy between buffers of {src.nbytes} and {dest.nbytes} bytes")
+        dest.copyin(src.as_buffer(allow_zero_copy=True))
+        return time.perf_counter() - start if wait else None
+
+method_cache: dict[tuple[str, UOp, Any], CompiledRunner] = {}
+
+def get_runner(device: str, ast: UOp) -> CompiledRunner:
+    """The compiled kernel for ``ast`` on ``device`` (compiled once per process, and the binary
+    once per machine through the disk cache)."""
+    from fusegrad.codegen import get_program
+    key = (device, ast, (BEAM.value, NOOPT.value))
+    if (runner := method_cache.get(key)) is not None: return runner
+    runner = CompiledRunner(get_program(ast, Device[device].renderer))
+    method_cache[key] = runner
+    return runner
+
+@dataclass
+class ExecItem:
+    """A runner with its buffers: what the JIT records and replays."""
+    prg: Runner
+    bufs: list[Buffer]
+    var_vals: dict[UOp, int] = field(default_factory=dict)
+    def run(self, var_vals: dict[UOp, int] | None = None, wait: bool = False, do_update_stats: bool = True) -> float | None:
+        merged = {**self.var_vals, **(var_vals or {})}
+        for b in self.bufs: b.ensure_allocated()
+        timed = wait or DEBUG >= 2
+        elapsed = self.prg(self.bufs, merged, wait=timed)
+        if do_update_stats: _update_stats(self.prg, merged, elapsed, len(self.bufs))
+        return elapsed
+
+def _update_stats(prg: Runner, var_vals: dict[UOp, int], elapsed: float | None, nbufs: int) -> None:
+    ops = sym_infer(prg.op_estimate, var_vals) if var_vals else prg.op_estimate
+    mem = sym_infer(prg.mem_estimate, var_vals) if var_vals else prg.mem_estimate
+    GlobalCounters.kernel_count += 1 if isinstance(prg, CompiledRunner) else 0
+    GlobalCounters.global_ops += int(ops) if isinstance(ops, int) else 0
+    GlobalCounters.global_mem += int(mem) if isinstance(mem, int) else 0
+    if elapsed is not None: GlobalCounters.time_sum_s += elapsed
+    if DEBUG >= 2 and elapsed is not None:
+        name = prg.display_name + " " * max(0, 38 - ansilen(prg.display_name))
+        rate = f"({ops/elapsed*1e-9:8.2f} GFLOPS {mem/elapsed*1e-9:7.2f} GB/s)" if elapsed > 0 and isinstance(ops, int) else ""
+        print(f"*** {prg.device[:7]:7s} {GlobalCounters.kernel_count:4d} {name} arg {nbufs:3d} "
+              f"mem {GlobalCounters.mem_used/1e9:6.3f} GB tm {elapsed*1e6:9.2f}us/{GlobalCounters.time_sum_s*1e3:9.2f}ms {rate}")
+
+capturing: list[Callable[[ExecItem], None]] = []
+
+def lower_schedule_item(item) -> ExecItem:
+    """Turn a ScheduleItem into an ExecItem (compiling its kernel if needed)."""
+    bufs = item.bufs
+    if item.ast.op is Ops.COPY:
+        return ExecItem(BufferCopy(bufs[0].nbytes, bufs[0].device, bufs[1].device), bufs, dict(item.var_vals))
+    return ExecItem(get_runner(bufs[0].device, item.ast), bufs, dict(item.var_vals))
+
+def run_schedule(schedule: list, var_vals: dict[UOp, int] | None = None, do_update_stats: bool = True) -> None:
+    """Run every item in order."""
+    for item in schedule:
+        exec_item = lower_schedule_item(item)
+        for hook in capturing: hook(exec_item)
+        exec_item.run(var_vals, do_update_stats=do_update_stats)

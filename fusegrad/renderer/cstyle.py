@@ -1,0 +1,179 @@
+"""C-style renderers: one base that walks the linear program, small subclasses per language.
+
+``CStyleLanguage.render`` turns each linear UOp into a C expression or statement. A value used
+once is inlined into its user; loads and values used several times get a named variable. Loops
+are ``for`` statements, gated stores are ``if`` statements, gated loads are ternaries.
+"""
+from __future__ import annotations
+import math, struct
+from collections import Counter
+from fusegrad.dtype import DType, PtrDType, dtypes
+from fusegrad.uop.ops import UOp, Ops, GroupOp
+from fusegrad.renderer import Renderer
+
+class CStyleLanguage(Renderer):
+    kernel_prefix = "void "
+    buffer_prefix = ""
+    arg_int_prefix = "const int"
+    type_map: dict[DType, str] = {
+        dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
+        dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
+        dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.float32: "float", dtypes.float64: "double",
+        dtypes.void: "void"}
+    header = "#include <math.h>\n#include <stdbool.h>\n"
+
+    # ---------------------------------------------------------------- types and constants
+    def render_dtype(self, dtype: DType) -> str:
+        if isinstance(dtype, PtrDType): return self.render_dtype(dtype.base) + "*"
+        if dtype.count > 1: return f"{self.type_map[dtype.scalar()].replace(' ', '_')}{dtype.count}"
+        if dtype not in self.type_map: raise NotImplementedError(f"{type(self).__name__} can't render dtype {dtype}")
+        return self.type_map[dtype]
+
+    def render_const(self, value, dtype: DType) -> str:
+        if dtype == dtypes.bool: return "1" if value else "0"
+        if dtypes.is_float(dtype):
+            suffix = {dtypes.float64: ""}.get(dtype, "f")
+            if math.isnan(value): text = f"__builtin_nan{suffix}(\"\")"
+            elif math.isinf(value): text = ("-" if value < 0 else "") + f"__builtin_inf{suffix}()"
+            else: text = f"{float(value)!r}{suffix}"
+            if dtype == dtypes.float16: return f"(({self.render_dtype(dtype)}){text})"
+            return f"({text})" if text.startswith("-") else text
+        suffix = {dtypes.int64: "ll", dtypes.uint64: "ull", dtypes.uint32: "u"}.get(dtype, "")
+        if dtype == dtypes.int32 and value == -2**31: return "(-2147483647-1)"
+        if dtype == dtypes.int64 and value == -2**63: return "(-9223372036854775807ll-1)"
+        text = f"{value}{suffix}"
+        if dtype in (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16): text = f"(({self.render_dtype(dtype)}){value})"
+        return f"({text})" if value < 0 else text
+
+    # ---------------------------------------------------------------- ALU
+    def math_function(self, name: str, dtype: DType, x: str) -> str:
+        if dtype == dtypes.float64: return f"{name}({x})"
+        if dtype == dtypes.float32: return f"{name}f({x})"
+        return f"(({self.render_dtype(dtype)}){name}f((float)({x})))"
+
+    def render_alu(self, u: UOp, s: list[str]) -> str:
+        op, dtype = u.op, u.dtype
+        src_dtype = u.src[0].dtype
+        if op is Ops.EXP2: return self.math_function("exp2", dtype, s[0])
+        if op is Ops.LOG2: return self.math_function("log2", dtype, s[0])
+        if op is Ops.SIN: return self.math_function("sin", dtype, s[0])
+        if op is Ops.SQRT: return self.math_function("sqrt", dtype, s[0])
+        if op is Ops.TRUNC: return self.math_function("trunc", dtype, s[0]) if dtypes.is_float(dtype) else s[0]
+        if op is Ops.RECIPROCAL: return f"({self.render_const(1.0, dtype)}/{s[0]})"
+        if op is Ops.NEG: return f"(!{s[0]})" if dtype == dtypes.bool else f"(-{s[0]})"
+        if op is Ops.POW: return self.math_function("pow", dtype, f"{s[0]}, {s[1]}") if dtype != dtypes.float16 else \
+            f"(({self.render_dtype(dtype)})powf((float){s[0]}, (float){s[1]}))"
+        infix = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==",
+                 Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
+        if op in infix: return f"({s[0]}{infix[op]}{s[1]})"
+        if op in (Ops.IDIV, Ops.MOD):
+            if dtypes.is_float(src_dtype): return self.math_function("fmod", dtype, f"{s[0]}, {s[1]}")
+            symbol = "/" if op is Ops.IDIV else "%"
+            divisor = u.src[1]
+            if divisor.op is Ops.CONST and divisor.arg not in (0, -1): return f"({s[0]}{symbol}{s[1]})"
+            # integer division by zero is undefined in C: define it as 0, like the PYTHON device
+            return f"({s[1]}==0?0:({s[0]}{symbol}{s[1]}))"
+        if op is Ops.MAX:
+            if dtypes.is_float(dtype): return f"(({s[0]}>{s[1]}||{s[0]}!={s[0]})?{s[0]}:{s[1]})"
+            return f"(({s[0]}>{s[1]})?{s[0]}:{s[1]})"
+        if op is Ops.WHERE: return f"({s[0]}?{s[1]}:{s[2]})"
+        if op is Ops.MULACC: return f"(({s[0]}*{s[1]})+{s[2]})"
+        raise NotImplementedError(f"{type(self).__name__} can't render {op}")
+
+    def render_cast(self, dtype: DType, x: str, src_dtype: DType) -> str:
+        if dtype == dtypes.bool and dtypes.is_float(src_dtype): return f"({x}!=0)"
+        return f"(({self.render_dtype(dtype)})({x}))"
+
+    def render_bitcast(self, dtype: DType, x: str, src_dtype: DType) -> str:
+        return f"((union {{ {self.render_dtype(src_dtype)} a; {self.render_dtype(dtype)} b; }}){{.a = {x}}}).b"
+
+    # ---------------------------------------------------------------- launch indices (GPU dialects)
+    def render_special(self, name: str) -> str: raise NotImplementedError(f"{type(self).__name__} has no launch indices")
+    def render_kernel(self, name: str, params: list[str], body: list[str]) -> str:
+        return self.header + f"{self.kernel_prefix}{name}({', '.join(params)}) {{\n" + "\n".join(body) + "\n}\n"
+    def render_param(self, u: UOp, name: str) -> str:
+        return f"{self.buffer_prefix}{self.render_dtype(u.dtype.base)}* restrict {name}"
+
+    # ---------------------------------------------------------------- the walk
+    def render(self, name: str, uops: list[UOp]) -> str:
+        uses: Counter[UOp] = Counter()
+        for u in uops:
+            for s in u.src: uses[s] += 2 if u.op is Ops.MAX else 1
+        expr: dict[UOp, str] = {}
+        params: list[str] = []
+        body: list[str] = []
+        depth = 1
+        counters: Counter[str] = Counter()
+        def fresh(prefix: str) -> str:
+            counters[prefix] += 1
+            return f"{prefix}{counters[prefix]-1}"
+        def emit(line: str) -> None: body.append("  " * depth + line)
+        def declare(u: UOp, value: str, prefix: str) -> None:
+            var = fresh(prefix)
+            emit(f"{self.render_dtype(u.dtype)} {var} = {value};")
+            expr[u] = var
+        for u in uops:
+            op = u.op
+            if op is Ops.PARAM:
+                expr[u] = f"data{u.arg}"
+                params.append(self.render_param(u, expr[u]))
+            elif op is Ops.DEFINE_VAR:
+                # every variable travels as a 64-bit int; the kernel narrows it to its index type
+                expr[u] = u.arg[0]
+                params.append(f"const long long {u.arg[0]}_arg")
+                emit(f"const {self.render_dtype(u.dtype)} {u.arg[0]} = ({self.render_dtype(u.dtype)}){u.arg[0]}_arg;")
+            elif op is Ops.CONST: expr[u] = self.render_const(u.arg, u.dtype)
+            elif op is Ops.DEFINE_REG:
+                expr[u] = f"acc{u.arg}"
+                emit(f"{self.render_dtype(u.dtype.base)} {expr[u]}[{u.dtype.size}];")
+            elif op is Ops.SPECIAL:
+                expr[u] = u.arg
+                emit(f"{self.render_dtype(u.dtype)} {u.arg} = {self.render_special(u.arg)};")
+            elif op is Ops.RANGE:
+                var = f"ridx{u.arg[0]}"
+                expr[u] = var
+                emit(f"for ({self.render_dtype(u.dtype)} {var} = 0; {var} < {expr[u.src[0]]}; {var}++) {{")
+                depth += 1
+            elif op is Ops.END:
+                depth -= 1
+                emit("}")
+            elif op is Ops.INDEX:
+                expr[u] = f"{expr[u.src[0]]}[{_strip(expr[u.src[1]])}]"
+            elif op is Ops.LOAD:
+                index = u.src[0]
+                access = expr[index]
+                if len(index.src) > 2: access = f"({expr[index.src[2]]}?{access}:{self.render_const(0, u.dtype)})"
+                declare(u, access, "val")
+            elif op is Ops.STORE:
+                index, value = u.src[0], u.src[1]
+                statement = f"{expr[index]} = {_strip(expr[value])};"
+                if len(index.src) > 2: statement = f"if ({_strip(expr[index.src[2]])}) {{ {statement} }}"
+                emit(statement)
+            elif op is Ops.BARRIER: emit(self.barrier)
+            elif op in (Ops.CAST, Ops.BITCAST) or op in GroupOp.ALU:
+                s = [expr[x] for x in u.src]
+                if op is Ops.CAST: value = self.render_cast(u.dtype, s[0], u.src[0].dtype)
+                elif op is Ops.BITCAST: value = self.render_bitcast(u.dtype, s[0], u.src[0].dtype)
+                else: value = self.render_alu(u, s)
+                if uses[u] > 1: declare(u, _strip(value), "alu" if op is not Ops.CAST else "cast")
+                else: expr[u] = value
+            else:
+                raise NotImplementedError(f"{type(self).__name__} can't render {op}")
+        return self.render_kernel(name, params, body)
+
+    barrier = ""
+
+def _strip(text: str) -> str:
+    """Drop one pair of redundant outer parentheses."""
+    if text.startswith("(") and text.endswith(")"):
+        depth = 0
+        for i, c in enumerate(text):
+            depth += 1 if c == "(" else -1 if c == ")" else 0
+            if depth == 0 and i != len(text) - 1: return text
+        return text[1:-1]
+    return text
+
+class ClangRenderer(CStyleLanguage):
+    """C for the CPU device, compiled by the system C compiler."""
+    device = "CPU"
+    has_local = False

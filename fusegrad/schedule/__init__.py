@@ -1,0 +1,145 @@
+"""The scheduler: from the UOps a user wants realized to an ordered list of kernels.
+
+1. Simplify the tensor graph (constants fold, weak dtypes become concrete): tensor_rules.py.
+2. Decide what is written to memory (``find_realize_points``). Everything else is recomputed
+   inside its consumer, so elementwise work fuses into consumers and a reduce fuses with its
+   elementwise inputs and epilogue.
+3. Build one kernel per realize point (rangeify.py), in dependency order. Realize points of the
+   same shape that don't depend on each other share one multi-output kernel.
+
+The result is a list of ``ScheduleItem`` plus a ``becomes`` map that tells the front end which
+graph nodes now live in buffers.
+"""
+from __future__ import annotations
+import itertools, weakref
+from dataclasses import dataclass, field
+from typing import Any
+from fusegrad.dtype import dtypes
+from fusegrad.helpers import prod, DEBUG
+from fusegrad.uop.ops import UOp, Ops, GroupOp, graph_rewrite, graph_rewrite_map, PatternMatcher, UPat
+from fusegrad.schedule.tensor_rules import tensor_simplify, const_value
+from fusegrad.schedule.rangeify import build_kernel
+
+# ---------------------------------------------------------------- buffers behind BUFFER uops
+
+BUFFERS: "weakref.WeakKeyDictionary[UOp, Any]" = weakref.WeakKeyDictionary()
+_buffer_ids = itertools.count()
+
+def new_buffer_uop(device: str, size: int, dtype) -> UOp:
+    """A fresh BUFFER node (each call is a distinct buffer)."""
+    return UOp(Ops.BUFFER, dtypes.concrete(dtype), (), (next(_buffer_ids), device, size))
+
+def buffer_of(buffer_uop: UOp):
+    """The ``Buffer`` object for a BUFFER uop, created (unallocated) on first use."""
+    from fusegrad.device import Buffer
+    if (buf := BUFFERS.get(buffer_uop)) is None:
+        _, device, size = buffer_uop.arg
+        buf = BUFFERS[buffer_uop] = Buffer(device, size, buffer_uop.dtype)
+    return buf
+
+@dataclass(frozen=True)
+class ScheduleItem:
+    """One unit of work: a kernel AST (SINK of STOREs) or a COPY, and the buffers it uses
+    (outputs first, in PARAM slot order)."""
+    ast: UOp
+    buffer_uops: tuple[UOp, ...]
+    var_vals: tuple[tuple[UOp, int], ...] = ()
+    @property
+    def bufs(self) -> list: return [buffer_of(b) for b in self.buffer_uops]
+    @property
+    def outputs(self) -> list:
+        return self.bufs[:len(self.ast.src)] if self.ast.op is Ops.SINK else self.bufs[:1]
+    @property
+    def inputs(self) -> list:
+        return self.bufs[len(self.ast.src):] if self.ast.op is Ops.SINK else self.bufs[1:]
+
+# ---------------------------------------------------------------- realize decisions
+
+def _is_view_of_buffer(node: UOp) -> bool:
+    return node.base.op is Ops.BUFFER
+
+def _fused_region_has_reduce(node: UOp, realize: set[UOp]) -> bool:
+    """Is there a REDUCE_AXIS inside the region that would be recomputed with ``node``?"""
+    stack, seen = [node], set()
+    while stack:
+        x = stack.pop()
+        if x in seen: continue
+        seen.add(x)
+        if x is not node and x in realize: continue
+        if x.op is Ops.REDUCE_AXIS: return True
+        if x.op in (Ops.BUFFER, Ops.CONST, Ops.DEVICE, Ops.COPY, Ops.ASSIGN, Ops.CONTIGUOUS) and x is not node: continue
+        stack.extend(x.src)
+    return False
+
+def find_realize_points(roots: list[UOp]) -> list[UOp]:
+    """Nodes whose value is stored in a buffer, in dependency order (sources first)."""
+    sink = UOp(Ops.SINK, dtypes.void, tuple(roots))
+    order = list(sink.toposort)
+    consumers: dict[UOp, list[UOp]] = {}
+    for node in order:
+        for s in node.src: consumers.setdefault(s, []).append(node)
+    realize: set[UOp] = set()
+    for root in roots:
+        if not _is_view_of_buffer(root) and const_value(root) is None and root.op is not Ops.CONST: realize.add(root)
+    for node in order:
+        if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY): realize.add(node)
+        if node.op is Ops.COPY and not _is_view_of_buffer(node.src[0]): realize.add(node.src[0])
+        # a reduce used in several places would be computed several times
+        if node.op is Ops.REDUCE_AXIS and len(set(consumers.get(node, []))) > 1: realize.add(node)
+    # a value broadcast by EXPAND is recomputed per output element: store it if that repeats a reduce
+    for node in order:
+        if node.op is Ops.EXPAND:
+            base = node.src[0].base
+            if base.op not in (Ops.BUFFER, Ops.CONST) and _fused_region_has_reduce(base, realize): realize.add(base)
+    return [node for node in order if node in realize]
+
+# ---------------------------------------------------------------- kernels
+
+def _unbind(ast: UOp) -> tuple[UOp, tuple[tuple[UOp, int], ...]]:
+    """Replace bound variables in a kernel by their DEFINE_VAR; return the values separately."""
+    binds = [x for x in ast.toposort if x.op is Ops.BIND]
+    if not binds: return ast, ()
+    values = {b.src[0]: b.src[1].arg for b in binds}
+    ast = ast.substitute({b: b.src[0] for b in binds})
+    return ast, tuple(values.items())
+
+def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+    """Schedule the realization of ``roots``. Returns the items in run order and ``becomes``, a map
+    from original graph nodes to their new form (a view of a buffer, or a constant)."""
+    simplified = graph_rewrite_map(roots, tensor_simplify)
+    becomes: dict[UOp, UOp] = {r: s for r, s in zip(roots, simplified) if r is not s}
+    points = find_realize_points(simplified)
+    realized: dict[UOp, UOp] = {}
+    items: list[ScheduleItem] = []
+    for node in points:
+        if node.op is Ops.COPY:
+            src = node.src[0]
+            src_buffer = realized.get(src, src.base)
+            out = new_buffer_uop(node.device, prod(node.shape), node.dtype)
+            items.append(ScheduleItem(node, (out, src_buffer)))
+            realized[node] = out
+            continue
+        if node.op is Ops.ASSIGN:
+            target, value = node.src
+            target_buffer = realized.get(target.base, target.base)
+            ast, buffers = build_kernel([(value, target, target_buffer)], {**realized, target.base: target_buffer})
+            realized[node] = target_buffer
+        else:
+            value = node.src[0] if node.op is Ops.CONTIGUOUS else node
+            out = new_buffer_uop(node.device, prod(node.shape), node.dtype)
+            ast, buffers = build_kernel([(value, out, out)], realized)
+            realized[node] = out
+        ast, var_vals = _unbind(ast)
+        items.append(ScheduleItem(ast, tuple(buffers), var_vals))
+    # every realized node becomes a view of its buffer
+    node_map = {}
+    for node, buffer in realized.items():
+        if node.op is Ops.ASSIGN: node_map[node] = node.src[0]
+        else: node_map[node] = buffer.reshape(node.shape)
+    final = graph_rewrite_map(simplified, PatternMatcher([]), ctx=None) if not node_map else \
+        [r.substitute(node_map) for r in simplified]
+    for original, new in zip(roots, final):
+        if original is not new: becomes[original] = new
+    for node, new in node_map.items(): becomes.setdefault(node, new)
+    if DEBUG >= 1 and len(items) >= 10: print(f"scheduled {len(items)} kernels")
+    return items, becomes

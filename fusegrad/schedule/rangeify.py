@@ -1,0 +1,192 @@
+"""Rangeify: turn a piece of the tensor graph into a kernel AST over RANGE loops.
+
+Every output element of a kernel has an index per dimension (a RANGE, or 0 for size-1 dims).
+Walking from the output down to realized buffers, each movement op rewrites those indices:
+
+- RESHAPE  flatten the indices with the new shape's strides, unflatten with the old shape (div/mod)
+- PERMUTE  reorder the indices
+- EXPAND   an expanded dimension reads index 0 of its source
+- SHRINK   add the start offset
+- FLIP     index i reads size-1-i
+- PAD      subtract the front padding and add a validity gate; outside it the value is 0. The
+           gate wraps the *value* (``valid.where(x, 0)``), so padding an op with f(0) != 0 (log,
+           exp, division) is still correct, and every load under it is gated, so it never reads
+           out of bounds.
+
+A REDUCE_AXIS opens new REDUCE ranges for its reduced axes. The result is a SINK of STOREs into
+PARAM buffers; the caller maps PARAM slots to real buffers.
+"""
+from __future__ import annotations
+from dataclasses import dataclass, field
+from fusegrad.dtype import dtypes, DType
+from fusegrad.helpers import prod
+from fusegrad.uop.ops import UOp, Ops, GroupOp, AxisType, sint_to_uop
+
+def strides_for_shape(shape: tuple) -> tuple:
+    """Row-major strides: ``strides_for_shape((2, 3, 4)) == (12, 4, 1)``."""
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc = acc * s
+    return tuple(reversed(strides))
+
+def flat_index(idxs: tuple[UOp, ...], shape: tuple) -> UOp:
+    """The row-major offset of ``idxs`` in ``shape``."""
+    total = UOp.const(dtypes.index, 0)
+    for idx, stride, size in zip(idxs, strides_for_shape(shape), shape):
+        if not (isinstance(size, int) and size == 1): total = total + idx * stride
+    return total
+
+def unflatten_index(flat: UOp, shape: tuple) -> tuple[UOp, ...]:
+    """The per-dimension indices of row-major offset ``flat`` in ``shape``."""
+    idxs = []
+    for stride, size in zip(strides_for_shape(shape), shape):
+        if isinstance(size, int) and size == 1: idxs.append(UOp.const(dtypes.index, 0))
+        else: idxs.append((flat // stride) % size)
+    return tuple(idxs)
+
+def _is_zero(x) -> bool: return isinstance(x, int) and x == 0
+
+def _and(a: UOp | None, b: UOp | None) -> UOp | None:
+    if a is None: return b
+    if b is None: return a
+    return a & b
+
+@dataclass
+class KernelBuilder:
+    """Builds one kernel. ``realized`` maps tensor-graph nodes to the BUFFER that holds them."""
+    realized: dict[UOp, UOp]
+    slots: dict[UOp, int] = field(default_factory=dict)          # BUFFER uop -> PARAM slot
+    range_count: int = 0
+    memo: dict[tuple, UOp] = field(default_factory=dict)
+    reduce_ranges: dict[tuple, tuple[UOp, ...]] = field(default_factory=dict)
+
+    def new_range(self, size, kind: AxisType, parents: tuple[UOp, ...] = ()) -> UOp:
+        """A new loop. ``parents`` are the loops it runs inside; they ride along as extra sources so
+        the linearizer knows the nesting without any side table."""
+        rng = UOp(Ops.RANGE, dtypes.index, (sint_to_uop(size),) + parents, (self.range_count, kind))
+        self.range_count += 1
+        return rng
+
+    def param(self, buffer: UOp) -> UOp:
+        slot = self.slots.setdefault(buffer, len(self.slots))
+        return UOp(Ops.PARAM, buffer.dtype.ptr(buffer.arg[2]), (), slot)
+
+    def output_ranges(self, shape: tuple) -> tuple[UOp, ...]:
+        ranges: list[UOp] = []
+        for size in shape:
+            if isinstance(size, int) and size == 1: ranges.append(UOp.const(dtypes.index, 0))
+            else:
+                enclosing = [r for r in ranges if r.op is Ops.RANGE][-1:]
+                ranges.append(self.new_range(size, AxisType.GLOBAL, tuple(enclosing)))
+        return tuple(ranges)
+
+    # ---------------------------------------------------------------- movement ops on indices
+    def move_indices(self, node: UOp, idxs: tuple[UOp, ...], valid: UOp | None) -> tuple[tuple[UOp, ...], UOp | None, UOp | None]:
+        """For a movement op, map output indices to source indices.
+        Returns (source indices, new validity, the pad gate that must wrap the value or None)."""
+        src_shape = node.src[0].shape
+        if node.op is Ops.RESHAPE: return unflatten_index(flat_index(idxs, node.shape), src_shape), valid, None
+        if node.op is Ops.PERMUTE:
+            src_idxs: list[UOp] = [None] * len(idxs)  # type: ignore[list-item]
+            for out_axis, src_axis in enumerate(node.arg): src_idxs[src_axis] = idxs[out_axis]
+            return tuple(src_idxs), valid, None
+        if node.op is Ops.EXPAND:
+            return tuple(UOp.const(dtypes.index, 0) if isinstance(s, int) and s == 1 else i for i, s in zip(idxs, src_shape)), valid, None
+        if node.op is Ops.SHRINK: return tuple(i + b for i, (b, _) in zip(idxs, node.arg)), valid, None
+        if node.op is Ops.FLIP: return tuple((s - 1) - i if f else i for i, s, f in zip(idxs, src_shape, node.arg)), valid, None
+        if node.op is Ops.PAD:
+            gate = None
+            new_idxs = []
+            for i, (before, after), size in zip(idxs, node.arg, src_shape):
+                if _is_zero(before) and _is_zero(after):
+                    new_idxs.append(i)
+                    continue
+                # valid where before <= i < before + size
+                in_bounds = i < (before + size)
+                if not _is_zero(before): in_bounds = (i < before).logical_not() & in_bounds
+                gate = _and(gate, in_bounds)
+                new_idxs.append(i - before)
+            return tuple(new_idxs), _and(valid, gate), gate
+        raise AssertionError(f"{node.op} is not a movement op")
+
+    # ---------------------------------------------------------------- values
+    def lower(self, node: UOp, idxs: tuple[UOp, ...], valid: UOp | None) -> UOp:
+        """The kernel-level value of tensor node ``node`` at indices ``idxs``."""
+        key = (node, idxs, valid)
+        if (done := self.memo.get(key)) is not None: return done
+        result = self._lower(node, idxs, valid)
+        self.memo[key] = result
+        return result
+
+    def load(self, buffer: UOp, shape: tuple, idxs: tuple[UOp, ...], valid: UOp | None) -> UOp:
+        index = self.param(buffer).index(flat_index(idxs, shape), valid)
+        return UOp(Ops.LOAD, buffer.dtype, (index,))
+
+    def _lower(self, node: UOp, idxs: tuple[UOp, ...], valid: UOp | None) -> UOp:
+        if (buffer := self.realized.get(node)) is not None: return self.load(buffer, node.shape, idxs, valid)
+        op = node.op
+        if op is Ops.BUFFER: return self.load(node, node.shape, idxs, valid)
+        if op is Ops.CONST:
+            if isinstance(node.arg, UOp): return node.arg.cast(node.dtype)
+            return UOp.const(node.dtype, node.arg)
+        if op is Ops.BIND: return node.src[0].cast(node.dtype)
+        if op is Ops.ARANGE: return idxs[0].cast(node.dtype)
+        if op in GroupOp.Movement:
+            src_idxs, src_valid, gate = self.move_indices(node, idxs, valid)
+            value = self.lower(node.src[0], src_idxs, src_valid)
+            return gate.where(value, UOp.const(node.dtype, 0)) if gate is not None else value
+        if op in GroupOp.Elementwise:
+            return UOp(op, node.dtype, tuple(self.lower(s, idxs, valid) for s in node.src), node.arg if op not in GroupOp.ALU else None)
+        if op is Ops.REDUCE_AXIS: return self.lower_reduce(node, idxs, valid)
+        if op in (Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.CONTIGUOUS): return self.lower(node.src[0], idxs, valid)
+        raise NotImplementedError(f"can't lower {op} into a kernel")
+
+    def lower_reduce(self, node: UOp, idxs: tuple[UOp, ...], valid: UOp | None) -> UOp:
+        reduce_op, axes = node.arg
+        src = node.src[0]
+        # reductions of the same shape at the same outer indices share their loops
+        range_key = (tuple(src.shape[a] for a in axes), axes, idxs)
+        if (ranges := self.reduce_ranges.get(range_key)) is None:
+            enclosing = tuple(dict.fromkeys(x for i in idxs for x in i.toposort if x.op is Ops.RANGE))
+            new_ranges: list[UOp] = []
+            for a in axes: new_ranges.append(self.new_range(src.shape[a], AxisType.REDUCE, enclosing + tuple(new_ranges[-1:])))
+            ranges = tuple(new_ranges)
+            self.reduce_ranges[range_key] = ranges
+        src_idxs = list(idxs)
+        for axis, rng in zip(axes, ranges): src_idxs[axis] = rng
+        value = self.lower(src, tuple(src_idxs), valid)
+        return UOp(Ops.REDUCE, node.dtype, (value,) + ranges, reduce_op)
+
+    # ---------------------------------------------------------------- stores
+    def store_target(self, target: UOp, idxs: tuple[UOp, ...]) -> tuple[UOp, UOp | None, UOp]:
+        """Where output indices land in the buffer under a (possibly viewed) assign target.
+        Returns (flat index, gate, buffer)."""
+        node, valid = target, None
+        while node.op in GroupOp.Movement:
+            if node.op in (Ops.PAD, Ops.EXPAND): raise RuntimeError(f"can't assign through a {node.op.name} view")
+            idxs, valid, _ = self.move_indices(node, idxs, valid)
+            node = node.src[0]
+        buffer = self.realized.get(node, node)
+        if buffer.op is not Ops.BUFFER: raise RuntimeError(f"assign target must be a realized buffer, got {node.op}")
+        return flat_index(idxs, node.shape), valid, buffer
+
+def build_kernel(outputs: list[tuple[UOp, UOp, UOp]], realized: dict[UOp, UOp]) -> tuple[UOp, list[UOp]]:
+    """Build one kernel that computes every ``(value node, store target view, output buffer)``.
+    All outputs share the shape of the first one (and so share their loops).
+    Returns the AST (a SINK of STOREs) and the BUFFER uops in PARAM slot order."""
+    builder = KernelBuilder(realized)
+    for _, _, out_buffer in outputs: builder.slots.setdefault(out_buffer, len(builder.slots))
+    shape = outputs[0][0].shape
+    ranges = builder.output_ranges(shape)
+    stores = []
+    for value_node, target, out_buffer in outputs:
+        value = builder.lower(value_node, ranges, None)
+        if target is out_buffer:
+            index, gate = flat_index(ranges, shape), None
+        else:
+            index, gate, out_buffer = builder.store_target(target, ranges)
+        stores.append(builder.param(out_buffer).index(index, gate).store(value))
+    ast = UOp(Ops.SINK, dtypes.void, tuple(stores))
+    buffers = sorted(builder.slots, key=builder.slots.__getitem__)
+    return ast, buffers

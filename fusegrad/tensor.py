@@ -1,0 +1,1024 @@
+"""The Tensor front end: a lazy, PyTorch-like array that builds a UOp graph.
+
+Nothing runs until a value is needed (``numpy()``, ``item()``, ``realize()``); then the pending
+graph is scheduled into fused kernels, compiled and run.
+
+>>> from fusegrad import Tensor
+>>> (Tensor([1.0, 2.0]) * 3 + 1).tolist()
+[4.0, 7.0]
+"""
+from __future__ import annotations
+import functools, math, struct, weakref
+from typing import Any, Callable, Iterable, Sequence
+from fusegrad.dtype import (DType, dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype, to_dtype, to_np_dtype,
+                            from_np, ConstType)
+from fusegrad.helpers import argfix, prod, all_int, DEBUG, TRAINING, ceildiv, flatten
+from fusegrad.uop.ops import UOp, Ops, GroupOp, resolve, smax, sint_to_uop
+from fusegrad.device import Device, Buffer
+from fusegrad.schedule import create_schedule, new_buffer_uop, buffer_of, BUFFERS, ScheduleItem
+from fusegrad.engine.realize import run_schedule
+
+all_tensors: "weakref.WeakSet[Tensor]" = weakref.WeakSet()
+
+def _fromnp(array: Any, device: str, dtype: DType | None) -> UOp:
+    """Copy a numpy array into a new device buffer and return a view of it with the array's shape."""
+    import numpy as np
+    array = np.ascontiguousarray(array)
+    target = dtype if dtype is not None else from_np(array.dtype)
+    if target.fmt is None:   # bfloat16 / fp8: numpy can't hold them, so go through float32
+        return _fromnp(array.astype(np.float32), device, dtypes.float32).cast(target)
+    if array.dtype != to_np_dtype(target): array = array.astype(to_np_dtype(target))
+    if array.size == 0: return UOp.const(target, 0, device, array.shape)
+    buffer = new_buffer_uop(device, array.size, target)
+    buffer_of(buffer).allocate().copyin(memoryview(array.reshape(-1).view(np.uint8)))
+    return buffer.reshape(array.shape)
+
+def _infer_list_dtype(data: Any) -> DType:
+    flat = list(_flatten_nested(data))
+    if flat and all(isinstance(x, bool) for x in flat): return dtypes.bool
+    if all(isinstance(x, (bool, int)) for x in flat) and flat: return dtypes.default_int
+    return dtypes.default_float
+
+def _flatten_nested(data: Any) -> Iterable[Any]:
+    if isinstance(data, (list, tuple)):
+        for x in data: yield from _flatten_nested(x)
+    elif hasattr(data, "item") and hasattr(data, "shape"): yield data.item() if data.shape == () else data
+    else: yield data
+
+def _broadcast_shape(*shapes: tuple) -> tuple:
+    """numpy broadcasting: ``_broadcast_shape((3, 1), (4,)) == (3, 4)``."""
+    ndim = max(len(s) for s in shapes)
+    padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
+    out = []
+    for sizes in zip(*padded):
+        non_one = {s for s in sizes if not (isinstance(s, int) and s == 1)}
+        if len(non_one) > 1: raise ValueError(f"cannot broadcast shapes {', '.join(str(tuple(s)) for s in shapes)}")
+        out.append(non_one.pop() if non_one else 1)
+    return tuple(out)
+
+class Tensor:
+    """A lazy multi-dimensional array with autograd. See the module docstring for an example."""
+    __slots__ = ("uop", "requires_grad", "grad", "_ctx", "__weakref__")
+    training: bool = False
+    no_grad: bool = False
+    _seed: int = 0
+    _rng_counters: dict[str, "Tensor"] = {}
+
+    def __init__(self, data: Any = None, device: str | tuple | None = None, dtype: DType | str | None = None,
+                 requires_grad: bool | None = None):
+        dtype = to_dtype(dtype) if dtype is not None else None
+        device = Device.canonicalize(device) if isinstance(device, str) or device is None else tuple(Device.canonicalize(d) for d in device)
+        if isinstance(data, UOp):
+            uop = data
+        elif data is None:
+            uop = UOp.const(dtype or dtypes.default_float, 0, device, (0,))
+        elif isinstance(data, Tensor):
+            uop = data.uop if dtype is None else data.uop.cast(dtype)
+        elif isinstance(data, (bool, int, float)):
+            uop = UOp.const(dtype or dtypes.from_py(data), data, device, ())
+        elif isinstance(data, UOp.__class__) and False:
+            uop = data
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            import numpy as np
+            uop = _fromnp(np.frombuffer(bytes(data), dtype=np.uint8), device, dtypes.uint8 if dtype is None else dtype)
+        elif isinstance(data, (list, tuple)):
+            import numpy as np
+            target = dtype or _infer_list_dtype(data)
+            try: array = np.array(data, dtype=to_np_dtype(target) if target.fmt is not None else np.float32)
+            except ValueError as e: raise ValueError(f"can't make a tensor from a ragged or invalid list: {e}") from None
+            uop = _fromnp(array, device, target)
+        elif type(data).__module__ == "numpy" or hasattr(data, "__array__"):
+            import numpy as np
+            array = np.asarray(data)
+            if array.dtype == object: raise TypeError(f"can't make a tensor from a numpy array of objects")
+            if array.shape == () and dtype is None: uop = UOp.const(from_np(array.dtype), array.item(), device, ())
+            else: uop = _fromnp(array, device, dtype)
+        else:
+            raise TypeError(f"can't make a Tensor from {type(data).__name__}: {data!r:.60}")
+        if dtype is not None and uop.dtype != dtype: uop = uop.cast(dtype)
+        self.uop: UOp = uop
+        self.requires_grad: bool | None = requires_grad
+        self.grad: Tensor | None = None
+        self._ctx = None
+        all_tensors.add(self)
+
+    # ---------------------------------------------------------------- properties
+    @property
+    def lazydata(self) -> UOp: return self.uop
+    @property
+    def shape(self) -> tuple: return self.uop.shape
+    @property
+    def dtype(self) -> DType: return self.uop.dtype
+    @property
+    def device(self) -> str | tuple[str, ...]: return self.uop.device
+    @property
+    def ndim(self) -> int: return len(self.shape)
+    def numel(self) -> Any:
+        """Number of elements: ``Tensor.ones(2, 3).numel() == 6``."""
+        return prod(self.shape)
+    def element_size(self) -> int: return dtypes.concrete(self.dtype).itemsize
+    def nbytes(self) -> int: return self.numel() * self.element_size()
+    def is_floating_point(self) -> bool: return dtypes.is_float(self.dtype)
+    def size(self, dim: int | None = None) -> Any:
+        """The shape, or one dimension of it: ``Tensor.ones(2, 3).size(-1) == 3``."""
+        return self.shape if dim is None else self.shape[self._resolve_dim(dim)]
+    def __len__(self) -> int:
+        if not self.shape: raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+    def __repr__(self) -> str:
+        return f"<Tensor {self.uop.op.name} on {self.device} with grad {self.grad.uop.op.name if self.grad is not None else None}" \
+               f" shape {self.shape} dtype {self.dtype}>"
+    def __hash__(self) -> int: return id(self)
+    def __bool__(self) -> bool:
+        if self.numel() != 1: raise RuntimeError(f"the truth value of a tensor with {self.numel()} elements is ambiguous")
+        return bool(self.item())
+
+    # ---------------------------------------------------------------- realization
+    def schedule(self, *others: "Tensor") -> list[ScheduleItem]:
+        """The kernels that would compute this tensor (and ``others``); calling it performs the
+        scheduling, so the tensors then refer to the scheduled buffers."""
+        tensors = [self, *others]
+        pending = [t for t in tensors if not t._is_realized()]
+        if not pending: return []
+        roots = list(dict.fromkeys(t.uop for t in pending))
+        items, becomes = create_schedule(roots)
+        _apply_becomes(becomes)
+        return items
+
+    def realize(self, *others: "Tensor", do_update_stats: bool = True) -> "Tensor":
+        """Compute this tensor (and ``others``) now: ``Tensor.realize(a, b)`` or ``a.realize()``."""
+        run_schedule(self.schedule(*others), do_update_stats=do_update_stats)
+        return self
+
+    def _is_realized(self) -> bool:
+        u = self.uop
+        if u.base.op is Ops.BUFFER and BUFFERS.get(u.base) is not None and BUFFERS[u.base].is_allocated(): return True
+        from fusegrad.schedule.tensor_rules import const_value
+        return const_value(u) is not None and not dtypes.is_weak(u.dtype)
+
+    def _buffer_view(self) -> tuple[Buffer, bool]:
+        """The buffer behind a realized tensor and whether the tensor is exactly its contents."""
+        base = self.uop.base
+        contiguous = self.uop is base or (self.uop.op is Ops.RESHAPE and self.uop.src[0] is base)
+        return buffer_of(base), contiguous
+
+    def numpy(self) -> Any:
+        """A numpy copy: ``Tensor([1, 2]).numpy()`` is ``array([1, 2], dtype=int32)``."""
+        import numpy as np
+        if dtypes.is_weak(self.dtype): return self.cast(dtypes.concrete(self.dtype)).numpy()
+        if self.dtype.fmt is None: return self.cast(dtypes.float32).numpy()
+        if isinstance(self.device, tuple): return self.to(self.device[0]).numpy()
+        self.realize()
+        from fusegrad.schedule.tensor_rules import const_value
+        if (value := const_value(self.uop)) is not None:
+            return np.full(self.shape, value, dtype=to_np_dtype(self.dtype))
+        buffer, contiguous = self._buffer_view()
+        if not contiguous: return self.contiguous().numpy()
+        return np.frombuffer(buffer.as_buffer(), dtype=to_np_dtype(self.dtype)).reshape(self.shape).copy()
+
+    def data(self) -> memoryview:
+        """The values as a memoryview shaped like the tensor."""
+        array = self.numpy()
+        return memoryview(array).cast(array.dtype.char, self.shape) if array.ndim and 0 not in self.shape else memoryview(array)
+
+    def tolist(self) -> Any:
+        """Nested Python lists: ``Tensor([[1, 2]]).tolist() == [[1, 2]]``."""
+        return self.numpy().tolist()
+
+    def item(self) -> ConstType:
+        """The single value of a one-element tensor: ``Tensor([3]).item() == 3``."""
+        if self.numel() != 1: raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+        return self.reshape(()).numpy().item()
+
+    def contiguous(self) -> "Tensor":
+        """A copy laid out densely in memory (always its own buffer once realized)."""
+        return self._apply(Ops.CONTIGUOUS)
+    def contiguous_backward(self) -> "Tensor":
+        """Identity forward; the gradient flowing back is made contiguous."""
+        return self._apply(Ops.CONTIGUOUS_BACKWARD)
+    def detach(self) -> "Tensor":
+        """The same values without a gradient connection."""
+        return Tensor(self.uop.src[0] if self.uop.op is Ops.DETACH else UOp(Ops.DETACH, self.dtype, (self.uop,)), requires_grad=False)
+    def clone(self) -> "Tensor":
+        """A new tensor with a copy of the values."""
+        return Tensor(self.contiguous().uop, requires_grad=self.requires_grad)
+
+    def assign(self, x: Any) -> "Tensor":
+        """Write ``x`` into this tensor's buffer (lazily): ``a.assign(a + 1)``."""
+        if not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)
+        if x.shape != self.shape: raise ValueError(f"assign shape mismatch: target {self.shape}, value {x.shape}")
+        if x.device != self.device: raise ValueError(f"assign device mismatch: target {self.device}, value {x.device}")
+        if x.dtype != self.dtype: x = x.cast(self.dtype)
+        if self.uop is x.uop: return self
+        if self.uop.base.op is not Ops.BUFFER:   # an unrealized target gets a buffer first
+            self.uop = self.contiguous().realize().uop
+        self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))
+        return self
+
+    def to(self, device: str | tuple | None) -> "Tensor":
+        """The tensor on another device (a copy), keeping dtype and requires_grad."""
+        device = Device.canonicalize(device) if not isinstance(device, tuple) else device
+        if device == self.device: return self
+        if isinstance(device, tuple): return self.shard(device)
+        source = self.uop
+        if source.base.op is Ops.CONST and not isinstance(self.device, tuple):
+            from fusegrad.schedule.tensor_rules import const_value
+            if (value := const_value(source)) is not None:
+                return Tensor(UOp.const(self.dtype, value, device, self.shape), requires_grad=self.requires_grad)
+        copied = Tensor(UOp(Ops.COPY, self.dtype, (self.contiguous().uop if not _is_plain(source) else source,), device),
+                        requires_grad=self.requires_grad)
+        return copied
+    def to_(self, device: str) -> "Tensor":
+        self.uop = self.to(device).uop
+        return self
+    def shard(self, devices: tuple, axis: int | None = None) -> "Tensor":
+        raise NotImplementedError("multi-device tensors (shard) are not implemented yet")
+
+    # ---------------------------------------------------------------- creation
+    @staticmethod
+    def _shape_arg(shape: tuple) -> tuple:
+        shape = argfix(*shape)
+        for s in shape:
+            if not isinstance(s, (int, UOp)) or (isinstance(s, int) and s < 0):
+                raise ValueError(f"invalid shape {shape}: sizes must be non-negative ints")
+        return shape
+    @staticmethod
+    def empty(*shape, device: str | None = None, dtype: DType | str | None = None, **kwargs) -> "Tensor":
+        """An uninitialized tensor (its own buffer): ``Tensor.empty(2, 3)``."""
+        shape = Tensor._shape_arg(shape)
+        dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        device = Device.canonicalize(device)
+        if prod(shape) == 0: return Tensor(UOp.const(dtype, 0, device, shape), **kwargs)
+        buffer = new_buffer_uop(device, prod(shape), dtype)
+        buffer_of(buffer).allocate()
+        return Tensor(buffer.reshape(shape), **kwargs)
+    @staticmethod
+    def full(shape: tuple, fill_value: Any, device: str | None = None, dtype: DType | str | None = None, **kwargs) -> "Tensor":
+        """``Tensor.full((2, 2), 7)`` is a 2×2 tensor of sevens (a constant: no memory until needed)."""
+        shape = Tensor._shape_arg(shape if isinstance(shape, (tuple, list)) else (shape,))
+        dtype = to_dtype(dtype) if dtype is not None else dtypes.concrete(dtypes.from_py(fill_value)) if not isinstance(fill_value, Tensor) else fill_value.dtype
+        return Tensor(UOp.const(dtype, fill_value, Device.canonicalize(device), shape), **kwargs)
+    @staticmethod
+    def zeros(*shape, **kwargs) -> "Tensor":
+        """``Tensor.zeros(2, 3)``"""
+        return Tensor.full(argfix(*shape), 0.0, **{"dtype": dtypes.default_float, **kwargs})
+    @staticmethod
+    def ones(*shape, **kwargs) -> "Tensor":
+        """``Tensor.ones(2, 3)``"""
+        return Tensor.full(argfix(*shape), 1.0, **{"dtype": dtypes.default_float, **kwargs})
+    def full_like(self, fill_value: Any, **kwargs) -> "Tensor":
+        return Tensor.full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device, **kwargs})
+    def zeros_like(self, **kwargs) -> "Tensor": return self.full_like(0, **kwargs)
+    def ones_like(self, **kwargs) -> "Tensor": return self.full_like(1, **kwargs)
+
+    @staticmethod
+    def arange(start: Any, stop: Any = None, step: Any = 1, **kwargs) -> "Tensor":
+        """``Tensor.arange(5).tolist() == [0, 1, 2, 3, 4]``; float and negative steps work."""
+        if stop is None: start, stop = 0, start
+        if step == 0: raise ValueError("arange step must not be zero")
+        dtype = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else \
+            dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.default_int
+        count = max(0, math.ceil((stop - start) / step))
+        device = Device.canonicalize(kwargs.pop("device", None))
+        if count == 0: return Tensor(UOp.const(dtype, 0, device, (0,)), **kwargs)
+        index = UOp(Ops.ARANGE, dtypes.int32, (UOp(Ops.DEVICE, arg=device),), count)
+        values = Tensor(index).cast(dtype) * Tensor(UOp.const(dtype, step, device, ())) + Tensor(UOp.const(dtype, start, device, ()))
+        return Tensor(values.uop, **kwargs)
+    @staticmethod
+    def linspace(start: float, stop: float, steps: int, **kwargs) -> "Tensor":
+        """``steps`` evenly spaced values from start to stop inclusive."""
+        if steps < 0: raise ValueError("linspace needs a non-negative number of steps")
+        dtype = to_dtype(kwargs.pop("dtype", dtypes.default_float))
+        if steps == 1: return Tensor([start], dtype=dtype, **kwargs)
+        return (Tensor.arange(steps, **kwargs).cast(dtypes.float32) * ((stop - start) / (steps - 1)) + start).cast(dtype)
+    @staticmethod
+    def eye(n: int, m: int | None = None, **kwargs) -> "Tensor":
+        """The identity matrix: ``Tensor.eye(3)``."""
+        m = n if m is None else m
+        if n < 0 or m < 0: raise ValueError(f"eye needs non-negative sizes, got {n}, {m}")
+        dtype = kwargs.pop("dtype", dtypes.default_float)
+        rows = Tensor.arange(n, device=kwargs.get("device")).reshape(n, 1)
+        cols = Tensor.arange(m, device=kwargs.get("device")).reshape(1, m)
+        return Tensor((rows == cols).cast(dtype).uop, requires_grad=kwargs.get("requires_grad"))
+
+    # ---------------------------------------------------------------- random numbers (counter-based threefry)
+    @staticmethod
+    def manual_seed(seed: int = 0) -> None:
+        """Seed every random op: equal seeds give equal numbers on every device."""
+        Tensor._seed = int(seed)
+        Tensor._rng_counters = {}
+    @staticmethod
+    def _rng_counter(device: str) -> "Tensor":
+        if device not in Tensor._rng_counters:
+            Tensor._rng_counters[device] = Tensor([0], dtype=dtypes.uint32, device=device)
+        return Tensor._rng_counters[device]
+    @staticmethod
+    def _random_bits(count: int, device: str) -> "Tensor":
+        """``count`` random uint32 values from Threefry-2x32 (20 rounds), keyed by the seed and a
+        per-device counter that advances by ``count`` on every call."""
+        counter = Tensor._rng_counter(device)
+        half = ceildiv(count, 2)
+        base = counter.reshape(()).expand((half,)) if half else counter
+        counts0 = Tensor.arange(half, device=device, dtype=dtypes.uint32) + base
+        counts1 = counts0 + half
+        key0, key1 = Tensor._seed & 0xFFFFFFFF, (Tensor._seed >> 32) & 0xFFFFFFFF
+        x0, x1 = _threefry2x32(counts0, counts1, key0, key1)
+        counter.assign(counter + count)
+        return x0.cat(x1)[:count] if count else x0
+    @staticmethod
+    def rand(*shape, device: str | None = None, dtype: DType | str | None = None, **kwargs) -> "Tensor":
+        """Uniform samples in [0, 1): ``Tensor.rand(2, 3)``."""
+        shape = Tensor._shape_arg(shape)
+        dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        device = Device.canonicalize(device)
+        if not dtypes.is_float(dtype): raise TypeError(f"rand needs a float dtype, got {dtype}")
+        count = prod(shape)
+        if count == 0: return Tensor.zeros(*shape, device=device, dtype=dtype, **kwargs)
+        bits = Tensor._random_bits(count, device)
+        uniform = (bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))
+        return Tensor(uniform.reshape(shape).cast(dtype).uop, **kwargs)
+    def rand_like(self, **kwargs) -> "Tensor":
+        return Tensor.rand(*self.shape, **{"device": self.device, "dtype": self.dtype, **kwargs})
+    @staticmethod
+    def randn(*shape, dtype: DType | str | None = None, **kwargs) -> "Tensor":
+        """Standard normal samples (Box-Muller): ``Tensor.randn(2, 3)``."""
+        shape = Tensor._shape_arg(shape)
+        dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        requires_grad = kwargs.pop("requires_grad", None)
+        src = Tensor.rand(2, *shape, dtype=dtypes.float32, **kwargs)
+        normal = (src[0] * (2 * math.pi)).cos() * ((1 - src[1]).log() * -2).sqrt()
+        return Tensor(normal.cast(dtype).uop, requires_grad=requires_grad)
+    def randn_like(self, **kwargs) -> "Tensor":
+        return Tensor.randn(*self.shape, **{"device": self.device, "dtype": self.dtype, **kwargs})
+    @staticmethod
+    def randint(*shape, low: int = 0, high: int = 10, dtype: DType | str = dtypes.int32, **kwargs) -> "Tensor":
+        """Uniform integers in [low, high)."""
+        if not isinstance(low, int) or not isinstance(high, int) or high <= low:
+            raise ValueError(f"randint needs int low < high, got low={low}, high={high}")
+        dtype = to_dtype(dtype)
+        return Tensor((Tensor.rand(*shape, **kwargs) * (high - low)).cast(dtypes.int64).add(low).cast(dtype).uop)
+    @staticmethod
+    def normal(*shape, mean: float = 0.0, std: float = 1.0, **kwargs) -> "Tensor":
+        requires_grad = kwargs.pop("requires_grad", None)
+        return Tensor((std * Tensor.randn(*shape, **kwargs) + mean).uop, requires_grad=requires_grad)
+    @staticmethod
+    def uniform(*shape, low: float = 0.0, high: float = 1.0, **kwargs) -> "Tensor":
+        requires_grad = kwargs.pop("requires_grad", None)
+        dtype = kwargs.pop("dtype", dtypes.default_float)
+        return Tensor(((high - low) * Tensor.rand(*shape, **kwargs) + low).cast(dtype).uop, requires_grad=requires_grad)
+    @staticmethod
+    def scaled_uniform(*shape, **kwargs) -> "Tensor":
+        return Tensor.uniform(*shape, low=-1.0, high=1.0, **kwargs).mul(prod(argfix(*shape)) ** -0.5)
+    @staticmethod
+    def glorot_uniform(*shape, **kwargs) -> "Tensor":
+        shape = argfix(*shape)
+        bound = (6 / (shape[0] + prod(shape[1:]))) ** 0.5
+        return Tensor.uniform(*shape, low=-bound, high=bound, **kwargs)
+    @staticmethod
+    def kaiming_uniform(*shape, a: float = 0.01, **kwargs) -> "Tensor":
+        shape = argfix(*shape)
+        bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shape[1:]))
+        return Tensor.uniform(*shape, low=-bound, high=bound, **kwargs)
+    @staticmethod
+    def kaiming_normal(*shape, a: float = 0.01, **kwargs) -> "Tensor":
+        shape = argfix(*shape)
+        std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shape[1:]))
+        return Tensor.normal(*shape, mean=0.0, std=std, **kwargs)
+
+    # ---------------------------------------------------------------- graph building helpers
+    def _apply(self, op: Ops, *srcs: "Tensor", arg: Any = None, dtype: DType | None = None) -> "Tensor":
+        uop = UOp(op, dtype or self.dtype, (self.uop,) + tuple(s.uop for s in srcs), arg)
+        return Tensor(uop, requires_grad=self._grad_flag(*srcs))
+    def _grad_flag(self, *srcs: "Tensor") -> bool | None:
+        flags = [t.requires_grad for t in (self, *srcs)]
+        if any(f is True for f in flags): return True
+        return None if any(f is None for f in flags) else False
+    def _const(self, value: Any, dtype: DType | None = None, shape: tuple | None = None) -> "Tensor":
+        return Tensor(UOp.const(dtype or self.dtype, value, self.device if not isinstance(self.device, tuple) else self.device[0],
+                                self.shape if shape is None else shape), requires_grad=False)
+    def _to_tensor(self, x: Any, dtype: DType | None = None) -> "Tensor":
+        if isinstance(x, Tensor): return x
+        if isinstance(x, UOp) and x.op is Ops.BIND:
+            return Tensor(UOp.const(dtypes.weakint, x, self.device, ()), requires_grad=False)
+        if not isinstance(x, (bool, int, float)): raise TypeError(f"unsupported operand type {type(x).__name__}")
+        return Tensor(UOp.const(dtype or dtypes.from_py(x), x, self.device, ()), requires_grad=False)
+    def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True) -> tuple["Tensor", "Tensor"]:
+        x: Tensor = self
+        if not isinstance(y, Tensor):
+            y = x._to_tensor(y)
+        if x.device != y.device: raise ValueError(f"tensors are on different devices: {x.device} and {y.device}")
+        if match_dtype:
+            out_dtype = least_upper_dtype(x.dtype, y.dtype)
+            x, y = x.cast(out_dtype), y.cast(out_dtype)
+        if reverse: x, y = y, x
+        shape = _broadcast_shape(x.shape, y.shape)
+        return x._broadcast_to(shape), y._broadcast_to(shape)
+    def _broadcast_to(self, shape: tuple) -> "Tensor":
+        if self.shape == shape: return self
+        if self.ndim > len(shape): raise ValueError(f"cannot broadcast {self.shape} to {shape}")
+        padded = (1,) * (len(shape) - self.ndim) + self.shape
+        for have, want in zip(padded, shape):
+            if have != want and not (isinstance(have, int) and have == 1): raise ValueError(f"cannot broadcast {self.shape} to {shape}")
+        return self.reshape(padded).expand(shape)
+
+    def _binary(self, op: Ops, y: Any, reverse: bool = False) -> "Tensor":
+        x, y = self._broadcasted(y, reverse)
+        return x._apply(op, y)
+    def _compare(self, op: Ops, y: Any, reverse: bool = False) -> "Tensor":
+        x, y = self._broadcasted(y, reverse)
+        return x._apply(op, y, dtype=dtypes.bool)
+
+    # ---------------------------------------------------------------- casts
+    def cast(self, dtype: DType | str) -> "Tensor":
+        """Convert values: ``Tensor([1.7]).cast(dtypes.int32).tolist() == [1]``."""
+        dtype = to_dtype(dtype)
+        if self.dtype == dtype: return self
+        return self._apply(Ops.CAST, dtype=dtype)
+    def bitcast(self, dtype: DType | str) -> "Tensor":
+        """Reinterpret the bits: ``Tensor([1.0]).bitcast(dtypes.uint32).item() == 0x3F800000``.
+        A different item size changes the last dimension."""
+        dtype = to_dtype(dtype)
+        if self.requires_grad: raise RuntimeError("can't bitcast a tensor that requires grad")
+        old, new = dtypes.concrete(self.dtype).itemsize, dtype.itemsize
+        if old == new: return self if self.dtype == dtype else self._apply(Ops.BITCAST, dtype=dtype)
+        if not self.shape or (self.shape[-1] * old) % new != 0:
+            raise ValueError(f"can't bitcast shape {self.shape} of {self.dtype} to {dtype}: the last dimension doesn't divide")
+        raise NotImplementedError(f"bitcast between item sizes ({self.dtype} -> {dtype}) is supported only on DISK tensors")
+    def float(self) -> "Tensor": return self.cast(dtypes.float32)
+    def half(self) -> "Tensor": return self.cast(dtypes.float16)
+    def double(self) -> "Tensor": return self.cast(dtypes.float64)
+    def int(self) -> "Tensor": return self.cast(dtypes.int32)
+    def long(self) -> "Tensor": return self.cast(dtypes.int64)
+    def short(self) -> "Tensor": return self.cast(dtypes.int16)
+    def bool(self) -> "Tensor": return self.cast(dtypes.bool)
+    def bfloat16(self) -> "Tensor": return self.cast(dtypes.bfloat16)
+
+    # ---------------------------------------------------------------- movement
+    def _resolve_dim(self, dim: int, extra: bool = False) -> int:
+        total = self.ndim + int(extra)
+        if not isinstance(dim, int): raise TypeError(f"dimension must be an int, got {type(dim).__name__}")
+        if not -max(1, total) <= dim < max(1, total):
+            raise IndexError(f"dimension {dim} is out of range for a tensor of {self.ndim} dimensions (shape {self.shape})")
+        return dim + total if dim < 0 else dim
+    def reshape(self, *shape) -> "Tensor":
+        """``Tensor.arange(6).reshape(2, -1).shape == (2, 3)``"""
+        shape = argfix(*shape)
+        if any(s is None for s in shape): shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
+        if shape.count(-1) > 1: raise ValueError(f"reshape can infer only one dimension, got {shape}")
+        if -1 in shape:
+            known = prod(s for s in shape if s != -1)
+            if known == 0 or self.numel() % known != 0: raise ValueError(f"can't reshape {self.shape} to {shape}")
+            shape = tuple(self.numel() // known if s == -1 else s for s in shape)
+        if any(isinstance(s, int) and s < 0 for s in shape): raise ValueError(f"invalid shape {shape}")
+        if prod(shape) != self.numel() and not (isinstance(prod(shape), UOp) or isinstance(self.numel(), UOp)):
+            raise ValueError(f"can't reshape {self.shape} ({self.numel()} elements) to {shape} ({prod(shape)} elements)")
+        return self if tuple(shape) == self.shape else self._apply(Ops.RESHAPE, arg=tuple(shape))
+    def view(self, *shape) -> "Tensor": return self.reshape(*shape)
+    def expand(self, *shape) -> "Tensor":
+        """Broadcast size-1 dims: ``Tensor([[1], [2]]).expand(2, 3)``; -1 keeps a dim."""
+        shape = argfix(*shape)
+        if len(shape) < self.ndim: raise ValueError(f"expand to {shape} has fewer dimensions than {self.shape}")
+        padded = (1,) * (len(shape) - self.ndim) + self.shape
+        target = tuple(p if s == -1 else s for p, s in zip(padded, shape))
+        for have, want in zip(padded, target):
+            if have != want and have != 1: raise ValueError(f"can't expand {self.shape} to {shape}")
+        reshaped = self.reshape(padded)
+        return reshaped if target == padded else reshaped._apply(Ops.EXPAND, arg=target)
+    def permute(self, *order) -> "Tensor":
+        """Reorder dimensions: ``Tensor.ones(2, 3).permute(1, 0).shape == (3, 2)``."""
+        order = tuple(self._resolve_dim(o) for o in argfix(*order))
+        if sorted(order) != list(range(self.ndim)): raise ValueError(f"invalid permutation {order} of a {self.ndim}-d tensor")
+        return self if order == tuple(range(self.ndim)) else self._apply(Ops.PERMUTE, arg=order)
+    def flip(self, *axis) -> "Tensor":
+        """Reverse the order along ``axis``: ``Tensor([1, 2, 3]).flip(0).tolist() == [3, 2, 1]``."""
+        axes = {self._resolve_dim(a) for a in argfix(*axis)}
+        if len(axes) != len(argfix(*axis)): raise RuntimeError(f"flip got a repeated axis in {axis}")
+        flags = tuple(i in axes and self.shape[i] != 1 for i in range(self.ndim))
+        return self._apply(Ops.FLIP, arg=flags) if any(flags) else self
+    def shrink(self, arg: Sequence[tuple[int, int] | None]) -> "Tensor":
+        """Keep ``[start, end)`` per dim (None keeps all): ``t.shrink(((0, 2), None))``."""
+        if len(arg) != self.ndim: raise ValueError(f"shrink needs {self.ndim} ranges, got {len(arg)}")
+        bounds = tuple((0, s) if b is None else tuple(b) for b, s in zip(arg, self.shape))
+        for (b, e), s in zip(bounds, self.shape):
+            if not (isinstance(b, UOp) or isinstance(e, UOp)) and not 0 <= b <= e <= s:
+                raise ValueError(f"invalid shrink {bounds} for shape {self.shape}")
+        if all(b == (0, s) for b, s in zip(bounds, self.shape)): return self
+        return self._apply(Ops.SHRINK, arg=bounds)
+    def pad(self, padding: Sequence, mode: str = "constant", value: float = 0.0) -> "Tensor":
+        """Pad with ``value``. ``padding`` is per-dim (before, after) pairs, or a flat torch-style
+        tuple (last dim first). Negative padding crops. Modes: constant, reflect, replicate, circular."""
+        if mode not in ("constant", "reflect", "replicate", "circular"): raise NotImplementedError(f"pad mode {mode!r} is not supported")
+        if all(isinstance(p, int) for p in padding):
+            if len(padding) % 2 != 0 or len(padding) // 2 > self.ndim: raise ValueError(f"invalid flat padding {padding} for shape {self.shape}")
+            pairs = [(0, 0)] * (self.ndim - len(padding) // 2) + [(padding[i], padding[i + 1]) for i in range(len(padding) - 2, -1, -2)]
+        else:
+            if len(padding) != self.ndim: raise ValueError(f"padding has {len(padding)} pairs for a {self.ndim}-d tensor")
+            pairs = [(0, 0) if p is None else tuple(p) for p in padding]
+        if mode != "constant": return self._pad_mode(pairs, mode)
+        x = self.shrink(tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pairs, self.shape)))
+        positive = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
+        if all(p == (0, 0) for p in positive): return x
+        padded = x._apply(Ops.PAD, arg=positive)
+        if value == 0: return padded
+        inside = Tensor(UOp.const(dtypes.bool, True, x.device, x.shape))._apply(Ops.PAD, arg=positive)
+        return inside.where(padded, value)
+    def _pad_mode(self, pairs: list, mode: str) -> "Tensor":
+        x = self
+        for dim, (before, after) in enumerate(pairs):
+            if before == 0 and after == 0: continue
+            size = x.shape[dim]
+            if mode == "reflect" and (before >= size or after >= size):
+                raise ValueError(f"reflect padding {before, after} must be smaller than dim {dim} of size {size}")
+            if mode == "circular" and (before > size or after > size):
+                raise ValueError(f"circular padding {before, after} can't exceed dim {dim} of size {size}")
+            if mode == "reflect":
+                front = x.shrink(tuple((1, before + 1) if i == dim else None for i in range(x.ndim))).flip(dim) if before else None
+                back = x.shrink(tuple((size - after - 1, size - 1) if i == dim else None for i in range(x.ndim))).flip(dim) if after else None
+            elif mode == "replicate":
+                edge0 = x.shrink(tuple((0, 1) if i == dim else None for i in range(x.ndim)))
+                edge1 = x.shrink(tuple((size - 1, size) if i == dim else None for i in range(x.ndim)))
+                front = edge0.expand(*[before if i == dim else s for i, s in enumerate(x.shape)]) if before else None
+                back = edge1.expand(*[after if i == dim else s for i, s in enumerate(x.shape)]) if after else None
+            else:
+                front = x.shrink(tuple((size - before, size) if i == dim else None for i in range(x.ndim))) if before else None
+                back = x.shrink(tuple((0, after) if i == dim else None for i in range(x.ndim))) if after else None
+            x = Tensor.cat(*[p for p in (front, x, back) if p is not None], dim=dim)
+        return x
+    def pad2d(self, padding: Sequence[int], value: float = 0.0) -> "Tensor": return self.pad(tuple(padding), value=value)
+    @property
+    def T(self) -> "Tensor": return self.transpose()
+    def transpose(self, dim0: int = 1, dim1: int = 0) -> "Tensor":
+        """Swap two dims (default the first two): ``t.transpose(0, 1)``."""
+        order = list(range(self.ndim))
+        a, b = self._resolve_dim(dim0), self._resolve_dim(dim1)
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order)
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> "Tensor":
+        """Merge dims start..end: ``Tensor.ones(2, 3, 4).flatten(1).shape == (2, 12)``."""
+        if self.ndim == 0: return self.reshape(1)
+        start, end = self._resolve_dim(start_dim), self._resolve_dim(end_dim)
+        return self.reshape(self.shape[:start] + (prod(self.shape[start:end + 1]),) + self.shape[end + 1:])
+    def unflatten(self, dim: int, sizes: tuple) -> "Tensor":
+        dim = self._resolve_dim(dim)
+        return self.reshape(self.shape[:dim] + tuple(sizes) + self.shape[dim + 1:])
+    def squeeze(self, dim: int | None = None) -> "Tensor":
+        """Drop size-1 dims (all, or just ``dim``)."""
+        if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
+        dim = self._resolve_dim(dim)
+        return self if not self.ndim or self.shape[dim] != 1 else self.reshape(self.shape[:dim] + self.shape[dim + 1:])
+    def unsqueeze(self, dim: int) -> "Tensor":
+        """Insert a size-1 dim: ``Tensor.ones(3).unsqueeze(0).shape == (1, 3)``."""
+        dim = self._resolve_dim(dim, extra=True)
+        return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
+
+    def __getitem__(self, indices: Any) -> "Tensor":
+        """Basic numpy indexing: ints, slices with steps, None, Ellipsis (views, no copies)."""
+        from fusegrad.indexing import getitem
+        return getitem(self, indices)
+    def __setitem__(self, indices: Any, value: Any) -> None:
+        from fusegrad.indexing import setitem
+        setitem(self, indices, value)
+
+    def cat(self, *others: "Tensor", dim: int = 0) -> "Tensor":
+        """Join along ``dim``: ``Tensor([1]).cat(Tensor([2])).tolist() == [1, 2]``."""
+        tensors = [self, *others]
+        dim = self._resolve_dim(dim)
+        for t in tensors:
+            if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != dim):
+                raise ValueError(f"cat needs matching shapes except in dim {dim}, got {[t.shape for t in tensors]}")
+        dtype = least_upper_dtype(*[t.dtype for t in tensors])
+        tensors = [t.cast(dtype) for t in tensors if t.shape[dim] != 0] or [self.cast(dtype)]
+        total = sum(t.shape[dim] for t in tensors)
+        out, offset = None, 0
+        for t in tensors:
+            padding = [(0, 0)] * t.ndim
+            padding[dim] = (offset, total - offset - t.shape[dim])
+            piece = t.pad(padding)
+            out = piece if out is None else out + piece
+            offset += t.shape[dim]
+        return out
+    @staticmethod
+    def stack(*tensors: "Tensor", dim: int = 0) -> "Tensor":
+        """Join along a new dim: ``Tensor.stack(a, b)``."""
+        tensors = argfix(*tensors)
+        if not tensors: raise ValueError("stack needs at least one tensor")
+        if any(t.shape != tensors[0].shape for t in tensors): raise ValueError(f"stack needs equal shapes, got {[t.shape for t in tensors]}")
+        dim = tensors[0]._resolve_dim(dim, extra=True)
+        return tensors[0].unsqueeze(dim).cat(*[t.unsqueeze(dim) for t in tensors[1:]], dim=dim)
+
+    # ---------------------------------------------------------------- reductions
+    def _resolve_axes(self, axis: int | Sequence[int] | None) -> tuple[int, ...]:
+        if axis is None: return tuple(range(self.ndim))
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        if self.ndim == 0:
+            for a in axes:
+                if a not in (0, -1): raise IndexError(f"dimension {a} is out of range for a 0-d tensor")
+            return ()
+        resolved = tuple(self._resolve_dim(a) for a in axes)
+        if len(set(resolved)) != len(resolved): raise ValueError(f"repeated axis in {axis}")
+        return resolved
+    def _reduce(self, op: Ops, axis: Any = None, keepdim: bool = False) -> "Tensor":
+        axes = self._resolve_axes(axis)
+        reduced = Tensor(self.uop.reduce_axis(op, axes), requires_grad=self.requires_grad) if axes else self
+        if keepdim: return reduced
+        return reduced.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+    def sum(self, axis: Any = None, keepdim: bool = False, acc_dtype: DType | None = None, dtype: DType | None = None) -> "Tensor":
+        """Sum over ``axis`` (all by default). Small ints accumulate in int32, halves in float32."""
+        acc = to_dtype(acc_dtype or dtype) if (acc_dtype or dtype) else sum_acc_dtype(self.dtype)
+        result = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
+        if dtype is None and acc_dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16): return result.cast(self.dtype)
+        return result.cast(to_dtype(dtype)) if dtype is not None else result
+    def prod(self, axis: Any = None, keepdim: bool = False, acc_dtype: DType | None = None, dtype: DType | None = None) -> "Tensor":
+        """Product over ``axis``."""
+        acc = to_dtype(acc_dtype or dtype) if (acc_dtype or dtype) else sum_acc_dtype(self.dtype)
+        result = self.cast(acc)._reduce(Ops.MUL, axis, keepdim)
+        if dtype is None and acc_dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16): return result.cast(self.dtype)
+        return result
+    def max(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
+        """Largest value over ``axis``."""
+        if self.numel() == 0 and self._resolve_axes(axis) and any(self.shape[a] == 0 for a in self._resolve_axes(axis)):
+            raise RuntimeError(f"max of an empty dimension has no identity (shape {self.shape})")
+        return self._reduce(Ops.MAX, axis, keepdim)
+    def _inverse(self) -> "Tensor":
+        """An order-reversing map: -x for floats and signed ints, ~x for unsigned, not for bool."""
+        if dtypes.is_float(self.dtype): return -self
+        if dtypes.is_unsigned(self.dtype): return ~self
+        if self.dtype == dtypes.bool: return self.logical_not()
+        return ~self
+    def min(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
+        """Smallest value over ``axis``."""
+        return self._inverse().max(axis, keepdim)._inverse()
+    def any(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
+        return self.bool().max(axis, keepdim)
+    def all(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
+        return self.logical_not().any(axis, keepdim).logical_not()
+    def mean(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
+        """Average over ``axis``; ints give float32."""
+        out_dtype = least_upper_float(self.dtype) if not dtypes.is_weak(self.dtype) else dtypes.default_float
+        count = prod(self.shape[a] for a in self._resolve_axes(axis)) if self.ndim else 1
+        total = self.cast(out_dtype).sum(axis, keepdim, acc_dtype=sum_acc_dtype(out_dtype) if out_dtype not in (dtypes.float16, dtypes.bfloat16) else dtypes.float32)
+        if count == 0: return (total * math.nan).cast(out_dtype)
+        return (total / count).cast(out_dtype)
+    def var(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> "Tensor":
+        """Variance with Bessel's ``correction`` (1 by default, like torch)."""
+        squares = (self - self.mean(axis, keepdim=True)).square()
+        count = prod(self.shape[a] for a in self._resolve_axes(axis)) if self.ndim else 1
+        return squares.sum(axis, keepdim) / max(0, count - correction) if count - correction > 0 else squares.sum(axis, keepdim) * math.nan
+    def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> "Tensor":
+        return self.var(axis, keepdim, correction).sqrt()
+    def var_mean(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple["Tensor", "Tensor"]:
+        return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+    def std_mean(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple["Tensor", "Tensor"]:
+        return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+    def softmax(self, axis: int = -1, dtype: DType | None = None) -> "Tensor":
+        """exp(x - max) / sum: numerically stable."""
+        x = self.cast(dtype) if dtype is not None else self
+        shifted = x - x.max(axis, keepdim=True)
+        e = shifted.exp()
+        return e / e.sum(axis, keepdim=True)
+    def log_softmax(self, axis: int = -1, dtype: DType | None = None) -> "Tensor":
+        x = self.cast(dtype) if dtype is not None else self
+        shifted = x - x.max(axis, keepdim=True)
+        return shifted - shifted.exp().sum(axis, keepdim=True).log()
+    def logsumexp(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
+        """log(sum(exp(x))) computed stably."""
+        m = self.max(axis, keepdim=True)
+        return (self - m).exp().sum(axis, keepdim=True).log().add(m)._squeeze_axes(self._resolve_axes(axis), keepdim)
+    def _squeeze_axes(self, axes: tuple[int, ...], keepdim: bool) -> "Tensor":
+        if keepdim: return self
+        return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+    def argmax(self, axis: int | None = None, keepdim: bool = False) -> "Tensor":
+        """Index of the first largest value (int32)."""
+        if axis is None: return self.flatten().argmax(0)
+        axis = self._resolve_dim(axis) if self.ndim else 0
+        if self.ndim == 0: return Tensor(UOp.const(dtypes.int32, 0, self.device, ()))
+        n = self.shape[axis]
+        if n == 0: raise RuntimeError("argmax of an empty dimension")
+        is_max = self == self.max(axis, keepdim=True)
+        shape = [1] * self.ndim
+        shape[axis] = n
+        countdown = Tensor.arange(n, 0, -1, device=self.device, dtype=dtypes.int32).reshape(shape)
+        first = (is_max * countdown).max(axis, keepdim=keepdim)
+        return (n - first).cast(dtypes.int32)
+    def argmin(self, axis: int | None = None, keepdim: bool = False) -> "Tensor":
+        return self._inverse().argmax(axis, keepdim)
+
+    # ---------------------------------------------------------------- unary math
+    def _unary(self, op: Ops) -> "Tensor":
+        x = self.cast(least_upper_float(self.dtype)) if not dtypes.is_float(self.dtype) and op not in (Ops.NEG,) else self
+        return x._apply(op)
+    def neg(self) -> "Tensor":
+        """-x (logical not for bool)."""
+        return self.logical_not() if self.dtype == dtypes.bool else self._apply(Ops.NEG)
+    def logical_not(self) -> "Tensor":
+        """``Tensor([True, False]).logical_not().tolist() == [False, True]``"""
+        return self._compare(Ops.CMPNE, True) if self.dtype == dtypes.bool else self._compare(Ops.CMPEQ, 0)
+    def log2(self) -> "Tensor": return self._unary(Ops.LOG2)
+    def exp2(self) -> "Tensor": return self._unary(Ops.EXP2)
+    def log(self) -> "Tensor":
+        """Natural log (nan for negatives, -inf at 0)."""
+        return self.log2() * math.log(2)
+    def log10(self) -> "Tensor": return self.log2() * math.log10(2)
+    def exp(self) -> "Tensor":
+        """e**x"""
+        return (self._float() * (1 / math.log(2))).exp2()
+    def _float(self) -> "Tensor": return self if dtypes.is_float(self.dtype) else self.cast(least_upper_float(self.dtype))
+    def sqrt(self) -> "Tensor":
+        """Square root (nan for negatives)."""
+        return self._unary(Ops.SQRT)
+    def rsqrt(self) -> "Tensor": return self.sqrt().reciprocal()
+    def sin(self) -> "Tensor": return self._unary(Ops.SIN)
+    def cos(self) -> "Tensor": return ((math.pi / 2) - self._float()).sin()
+    def tan(self) -> "Tensor": return self.sin() / self.cos()
+    def reciprocal(self) -> "Tensor":
+        """1/x (ints become floats)."""
+        return self._unary(Ops.RECIPROCAL)
+    def trunc(self) -> "Tensor":
+        """Round toward zero (ints unchanged)."""
+        return self if not dtypes.is_float(self.dtype) else self._apply(Ops.TRUNC)
+    def floor(self) -> "Tensor":
+        if not dtypes.is_float(self.dtype): return self
+        t = self.trunc()
+        return (self < t).where(t - 1, t)
+    def ceil(self) -> "Tensor":
+        if not dtypes.is_float(self.dtype): return self
+        t = self.trunc()
+        return (self > t).where(t + 1, t)
+    def round(self) -> "Tensor":
+        """Round half to even, like numpy and torch."""
+        if not dtypes.is_float(self.dtype): return self
+        floor = self.floor()
+        diff = self - floor
+        half_even = (floor * 0.5).floor() * 2 == floor   # floor is even
+        return (diff > 0.5).where(floor + 1, (diff < 0.5).where(floor, half_even.where(floor, floor + 1)))
+    def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> "Tensor":
+        return (self == math.inf) * detect_positive + (self == -math.inf) * detect_negative if dtypes.is_float(self.dtype) else self._const(False, dtypes.bool)
+    def isnan(self) -> "Tensor": return self != self
+    def isfinite(self) -> "Tensor": return (self.isinf() | self.isnan()).logical_not()
+    def square(self) -> "Tensor": return self * self
+    def abs(self) -> "Tensor":
+        """|x| (exact at 0)."""
+        if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool: return self
+        return (self < 0).where(-self, self) if not dtypes.is_float(self.dtype) else self * self.sign()
+    def sign(self) -> "Tensor":
+        """-1, 0 or 1 (0 at 0; nan stays nan)."""
+        if self.dtype == dtypes.bool: return self
+        zero = self._const(0)
+        one = self._const(1)
+        return self.ne(0).where((self < 0).where(-one if not dtypes.is_unsigned(self.dtype) else one, one), zero) + (self * 0 if dtypes.is_float(self.dtype) else 0)
+    def clip(self, min_: Any = None, max_: Any = None) -> "Tensor":
+        """Limit values to [min_, max_]."""
+        if min_ is None and max_ is None: raise RuntimeError("clip needs at least one of min_ and max_")
+        x = self.maximum(min_) if min_ is not None else self
+        return x.minimum(max_) if max_ is not None else x
+    def clamp(self, min_: Any = None, max_: Any = None) -> "Tensor": return self.clip(min_, max_)
+    def lerp(self, end: "Tensor", weight: Any) -> "Tensor": return self + (end - self) * weight
+
+    # ---------------------------------------------------------------- activations
+    def relu(self) -> "Tensor":
+        """max(x, 0) (nan stays nan)."""
+        return (self <= 0).where(self._const(0), self) if self.dtype != dtypes.bool else self
+    def sigmoid(self) -> "Tensor":
+        """1 / (1 + e**-x)"""
+        return (1 + (self._float() * (-1 / math.log(2))).exp2()).reciprocal()
+    def logsigmoid(self) -> "Tensor": return -(-self).softplus()
+    def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> "Tensor": return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
+    def tanh(self) -> "Tensor": return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
+    def sinh(self) -> "Tensor": return (self.exp() - self.neg().exp()) / 2
+    def cosh(self) -> "Tensor": return (self.exp() + self.neg().exp()) / 2
+    def atanh(self) -> "Tensor": return ((1 + self) / (1 - self)).log() / 2
+    def asinh(self) -> "Tensor": return (self + (self.square() + 1).sqrt()).log()
+    def acosh(self) -> "Tensor": return (self + (self.square() - 1).sqrt()).log()
+    def asin(self) -> "Tensor":
+        """arcsin via a polynomial in sqrt(1-|x|) (Abramowitz & Stegun 4.4.46), accurate to ~2e-8."""
+        x = self._float()
+        coefficients = [-0.0012624911, 0.0066700901, -0.0170881256, 0.0308918810, -0.0501743046, 0.0889789874, -0.2145988016, 1.5707963050]
+        a = x.abs()
+        poly = a * 0 + coefficients[0]
+        for c in coefficients[1:]: poly = poly * a + c
+        result = (math.pi / 2) - (1 - a).sqrt() * poly
+        return x.sign() * result
+    def acos(self) -> "Tensor": return (math.pi / 2) - self.asin()
+    def atan(self) -> "Tensor": return (self / (1 + self * self).sqrt()).asin()
+    def elu(self, alpha: float = 1.0) -> "Tensor": return self.relu() - alpha * (1 - self.exp()).relu()
+    def celu(self, alpha: float = 1.0) -> "Tensor": return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+    def selu(self, alpha: float = 1.67326, gamma: float = 1.0507) -> "Tensor":
+        return gamma * (self >= 0).where(self, alpha * (self.exp() - 1))
+    def swish(self) -> "Tensor": return self * self.sigmoid()
+    def silu(self) -> "Tensor": return self.swish()
+    def relu6(self) -> "Tensor": return self.relu() - (self - 6).relu()
+    def hardswish(self) -> "Tensor": return self * (self + 3).relu6() * (1 / 6)
+    def hardtanh(self, min_val: float = -1, max_val: float = 1) -> "Tensor": return self.clip(min_val, max_val)
+    def erf(self) -> "Tensor":
+        """Error function (Abramowitz & Stegun 7.1.26, max error 1.5e-7)."""
+        t = 1.0 / (1.0 + 0.3275911 * self.abs())
+        poly = ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t
+        return self.sign() * (1.0 - poly * (-self.square()).exp())
+    def gelu(self) -> "Tensor": return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).tanh())
+    def quick_gelu(self) -> "Tensor": return self * (self * 1.702).sigmoid()
+    def leaky_relu(self, neg_slope: float = 0.01) -> "Tensor": return (self < 0).where(neg_slope * self, self)
+    def leakyrelu(self, neg_slope: float = 0.01) -> "Tensor": return self.leaky_relu(neg_slope)
+    def mish(self) -> "Tensor": return self * self.softplus().tanh()
+    def softplus(self, beta: float = 1.0) -> "Tensor":
+        """log(1 + e**(beta x)) / beta, stable for large x."""
+        bx = self * beta
+        return (bx.maximum(0) + (-bx.abs()).exp().add(1).log()) * (1 / beta)
+    def softsign(self) -> "Tensor": return self / (1 + self.abs())
+
+    # ---------------------------------------------------------------- binary math
+    def add(self, x: Any, reverse: bool = False) -> "Tensor":
+        """x + y with broadcasting and dtype promotion."""
+        return self._binary(Ops.ADD, x, reverse)
+    def sub(self, x: Any, reverse: bool = False) -> "Tensor":
+        a, b = self._broadcasted(x, reverse)
+        return a + (-b if b.dtype != dtypes.bool else b.neg())
+    def mul(self, x: Any, reverse: bool = False) -> "Tensor": return self._binary(Ops.MUL, x, reverse)
+    def div(self, x: Any, reverse: bool = False, rounding_mode: str | None = None) -> "Tensor":
+        """True division (ints become floats); ``rounding_mode`` "trunc" or "floor"."""
+        a, b = self._broadcasted(x, reverse)
+        if rounding_mode is not None:
+            if rounding_mode not in ("trunc", "floor"): raise ValueError(f"rounding_mode must be 'trunc' or 'floor', got {rounding_mode!r}")
+            if dtypes.is_int(a.dtype):
+                if rounding_mode == "trunc": return a._apply(Ops.IDIV, b)
+                return a._floordiv_int(b)
+            quotient = a._apply(Ops.FDIV, b)
+            return quotient.trunc() if rounding_mode == "trunc" else quotient.floor()
+        float_dtype = least_upper_float(a.dtype) if not dtypes.is_weak(a.dtype) else dtypes.default_float
+        a, b = a.cast(float_dtype), b.cast(float_dtype)
+        return a._apply(Ops.FDIV, b)
+    def _floordiv_int(self, b: "Tensor") -> "Tensor":
+        q = self._apply(Ops.IDIV, b)
+        adjust = (self._apply(Ops.MOD, b).ne(0)) & ((self < 0).ne(b < 0))
+        return adjust.where(q - 1, q)
+    def idiv(self, x: Any, reverse: bool = False) -> "Tensor":
+        """Integer division truncating toward zero (C semantics)."""
+        a, b = self._broadcasted(x, reverse)
+        if not dtypes.is_int(a.dtype): raise TypeError(f"idiv needs integer tensors, got {a.dtype}")
+        return a._apply(Ops.IDIV, b)
+    def mod(self, x: Any, reverse: bool = False) -> "Tensor":
+        """Python-style remainder (the sign of the divisor), like torch.remainder."""
+        a, b = self._broadcasted(x, reverse)
+        if dtypes.is_int(a.dtype):
+            r = a._apply(Ops.MOD, b)
+            return (r.ne(0) & ((r < 0).ne(b < 0))).where(r + b, r)
+        return a - b * a.div(b, rounding_mode="floor")
+    def fmod(self, x: Any) -> "Tensor":
+        """C-style remainder (the sign of the dividend), like torch.fmod."""
+        a, b = self._broadcasted(x)
+        if dtypes.is_int(a.dtype): return a._apply(Ops.MOD, b)
+        return a - b * a.div(b, rounding_mode="trunc")
+    def pow(self, x: Any, reverse: bool = False) -> "Tensor":
+        """x ** y. Small integer exponents multiply; otherwise exp2(y * log2|x|) with the sign fixed."""
+        if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool):
+            if x == 0: return self * 0 + 1 if dtypes.is_float(self.dtype) else self._const(1)
+            if x in (1, 2, 3): return functools.reduce(lambda a, _: a * self, range(int(x) - 1), self)
+            if x == 0.5: return self.sqrt()
+            if x == -1: return self.reciprocal()
+            if x < 0 and x == int(x) and dtypes.is_float(self.dtype): return self.pow(-x).reciprocal()
+        base, exponent = self._broadcasted(x, reverse)
+        if dtypes.is_int(base.dtype) and dtypes.is_int(exponent.dtype): return base._int_pow(exponent)
+        base, exponent = base._float(), exponent.cast(least_upper_float(base.dtype))
+        magnitude = (exponent * base.abs().log2()).exp2()
+        is_odd_int = (exponent.trunc() == exponent) & (exponent.abs().mod(2) == 1)
+        negative_base = base < 0
+        result = (negative_base & is_odd_int).where(-magnitude, magnitude)
+        result = (negative_base & (exponent.trunc() != exponent)).where(math.nan, result)
+        return (exponent == 0).where(1.0, result)
+    def _int_pow(self, exponent: "Tensor") -> "Tensor":
+        result, base, e = self._const(1), self, exponent
+        for _ in range(64 if dtypes.concrete(self.dtype).itemsize == 8 else 32):
+            result = (e.mod(2) == 1).where(result * base, result)
+            base, e = base * base, e.idiv(2)
+        return (exponent < 0).where(0, result)
+    def maximum(self, x: Any) -> "Tensor":
+        """Elementwise max (nan if either is nan)."""
+        return self._binary(Ops.MAX, x)
+    def minimum(self, x: Any) -> "Tensor":
+        a, b = self._broadcasted(x)
+        return a._inverse().maximum(b._inverse())._inverse()
+    def where(self, x: Any, y: Any) -> "Tensor":
+        """``cond.where(a, b)``: a where cond is true, else b."""
+        cond = self if self.dtype == dtypes.bool else self.cast(dtypes.bool)
+        if not isinstance(x, Tensor) and not isinstance(y, Tensor):
+            x, y = cond._to_tensor(x), cond._to_tensor(y)
+        elif not isinstance(x, Tensor): x = y._to_tensor(x)
+        elif not isinstance(y, Tensor): y = x._to_tensor(y)
+        x, y = x._broadcasted(y)
+        shape = _broadcast_shape(cond.shape, x.shape)
+        return cond._broadcast_to(shape)._apply(Ops.WHERE, x._broadcast_to(shape), y._broadcast_to(shape), dtype=x.dtype)
+    def copysign(self, other: Any) -> "Tensor":
+        other = other if isinstance(other, Tensor) else self._to_tensor(other)
+        negative = (other < 0) | ((other == 0) & ((1 / other.cast(least_upper_float(other.dtype))) < 0))
+        return negative.where(-self.abs(), self.abs())
+    def logaddexp(self, other: Any) -> "Tensor":
+        m = self.maximum(other)
+        return m + ((self - m).exp() + (other - m).exp()).log()
+    def bitwise_and(self, x: Any) -> "Tensor": return self._bitwise(Ops.AND, x)
+    def bitwise_or(self, x: Any) -> "Tensor": return self._bitwise(Ops.OR, x)
+    def bitwise_xor(self, x: Any) -> "Tensor": return self._bitwise(Ops.XOR, x)
+    def _bitwise(self, op: Ops, x: Any, reverse: bool = False) -> "Tensor":
+        a, b = self._broadcasted(x, reverse)
+        if not (dtypes.is_int(a.dtype) or a.dtype == dtypes.bool): raise TypeError(f"bitwise ops need int or bool tensors, got {a.dtype}")
+        return a._apply(op, b)
+    def bitwise_not(self) -> "Tensor":
+        if self.dtype == dtypes.bool: return self.logical_not()
+        if not dtypes.is_int(self.dtype): raise TypeError(f"bitwise_not needs an int or bool tensor, got {self.dtype}")
+        return self ^ -1 if not dtypes.is_unsigned(self.dtype) else self ^ dtypes.max(self.dtype)
+    def lshift(self, x: Any) -> "Tensor":
+        if not dtypes.is_int(self.dtype): raise TypeError(f"<< needs an int tensor, got {self.dtype}")
+        return self._binary(Ops.SHL, x)
+    def rshift(self, x: Any) -> "Tensor":
+        if not dtypes.is_int(self.dtype): raise TypeError(f">> needs an int tensor, got {self.dtype}")
+        return self._binary(Ops.SHR, x)
+    def ne(self, x: Any) -> "Tensor": return self._compare(Ops.CMPNE, x)
+    def eq(self, x: Any) -> "Tensor": return self._compare(Ops.CMPEQ, x)
+    def isclose(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> "Tensor":
+        close = (self == other) | ((self - other).abs() <= atol + rtol * (other.abs() if isinstance(other, Tensor) else abs(other)))
+        if equal_nan: close = close | (self.isnan() & (other.isnan() if isinstance(other, Tensor) else (other != other)))
+        return close
+    def allclose(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
+        return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+
+    # ---------------------------------------------------------------- operators
+    def __neg__(self): return self.neg()
+    def __add__(self, x): return self.add(x)
+    def __radd__(self, x): return self.add(x, True)
+    def __sub__(self, x): return self.sub(x)
+    def __rsub__(self, x): return self.sub(x, True)
+    def __mul__(self, x): return self.mul(x)
+    def __rmul__(self, x): return self.mul(x, True)
+    def __truediv__(self, x): return self.div(x)
+    def __rtruediv__(self, x): return self.div(x, True)
+    def __floordiv__(self, x): return self.div(x, rounding_mode="floor")
+    def __rfloordiv__(self, x): return self.div(x, True, rounding_mode="floor")
+    def __mod__(self, x): return self.mod(x)
+    def __rmod__(self, x): return self.mod(x, True)
+    def __pow__(self, x): return self.pow(x)
+    def __rpow__(self, x): return self.pow(x, True)
+    def __matmul__(self, x): return self.matmul(x)
+    def __rmatmul__(self, x): return self.matmul(x, True)
+    def __and__(self, x): return self._bitwise(Ops.AND, x)
+    def __rand__(self, x): return self._bitwise(Ops.AND, x, True)
+    def __or__(self, x): return self._bitwise(Ops.OR, x)
+    def __ror__(self, x): return self._bitwise(Ops.OR, x, True)
+    def __xor__(self, x): return self._bitwise(Ops.XOR, x)
+    def __rxor__(self, x): return self._bitwise(Ops.XOR, x, True)
+    def __invert__(self): return self.bitwise_not()
+    def __lshift__(self, x): return self.lshift(x)
+    def __rshift__(self, x): return self.rshift(x)
+    def __lt__(self, x): return self._compare(Ops.CMPLT, x)
+    def __gt__(self, x): return self._compare(Ops.CMPLT, x, True)
+    def __le__(self, x): return self._compare(Ops.CMPLT, x) | self._compare(Ops.CMPEQ, x)
+    def __ge__(self, x): return self._compare(Ops.CMPLT, x, True) | self._compare(Ops.CMPEQ, x)
+    def __eq__(self, x): return self._compare(Ops.CMPEQ, x)  # type: ignore[override]
+    def __ne__(self, x): return self._compare(Ops.CMPNE, x)  # type: ignore[override]
+    def __iadd__(self, x): return self.assign(self + x)
+    def __isub__(self, x): return self.assign(self - x)
+    def __imul__(self, x): return self.assign(self * x)
+    def __itruediv__(self, x): return self.assign(self / x)
+    def __ipow__(self, x): return self.assign(self ** x)
+    def __imatmul__(self, x): return self.assign(self @ x)
+    def __iand__(self, x): return self.assign(self & x)
+    def __ior__(self, x): return self.assign(self | x)
+    def __ixor__(self, x): return self.assign(self ^ x)
+
+    # ---------------------------------------------------------------- linear algebra
+    def dot(self, w: "Tensor", acc_dtype: DType | None = None, dtype: DType | None = None) -> "Tensor":
+        """Matrix product with numpy broadcasting rules for batches: ``a.dot(b)`` / ``a @ b``."""
+        x = self
+        if x.ndim == 0 or w.ndim == 0: raise RuntimeError(f"matmul needs at least 1-d tensors, got shapes {x.shape} and {w.shape}")
+        contract_x, contract_w = x.shape[-1], w.shape[-min(w.ndim, 2)]
+        if contract_x != contract_w: raise RuntimeError(f"matmul shape mismatch: {x.shape} @ {w.shape} ({contract_x} != {contract_w})")
+        x = x.reshape(*x.shape[:-1], *[1] * min(x.ndim - 1, w.ndim - 1, 1), x.shape[-1])
+        w = w.reshape(*w.shape[:-2], *[1] * min(x.ndim - 1, w.ndim - 1, 1), *w.shape[-min(w.ndim, 2):]).transpose(-1, -min(w.ndim, 2))
+        return (x * w).sum(-1, acc_dtype=acc_dtype, dtype=dtype).cast(least_upper_dtype(x.dtype, w.dtype) if dtype is None else dtype)
+    def matmul(self, x: "Tensor", reverse: bool = False, acc_dtype: DType | None = None, dtype: DType | None = None) -> "Tensor":
+        return x.dot(self, acc_dtype=acc_dtype, dtype=dtype) if reverse else self.dot(x, acc_dtype=acc_dtype, dtype=dtype)
+
+def _is_plain(u: UOp) -> bool:
+    return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
+
+def _rotl32(x: Tensor, r: int) -> Tensor:
+    return (x << r) | (x >> (32 - r))
+
+def _threefry2x32(x0: Tensor, x1: Tensor, key0: int, key1: int) -> tuple[Tensor, Tensor]:
+    """The Threefry-2x32 block cipher (20 rounds) on uint32 tensors: counters in, random bits out."""
+    keys = [key0, key1, key0 ^ key1 ^ 0x1BD11BDA]
+    rotations = [(13, 15, 26, 6), (17, 29, 16, 24)]
+    x0, x1 = x0 + keys[0], x1 + keys[1]
+    for block in range(5):
+        for r in rotations[block % 2]:
+            x0 = x0 + x1
+            x1 = _rotl32(x1, r) ^ x0
+        x0 = x0 + keys[(block + 1) % 3]
+        x1 = x1 + (keys[(block + 2) % 3] + block + 1) % 2**32
+    return x0, x1
+
+def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
+    """After scheduling, point every live tensor at the buffers (or constants) its graph became."""
+    if not becomes: return
+    for t in list(all_tensors):
+        u = t.uop
+        if u in becomes: t.uop = becomes[u]
+        elif u.op not in (Ops.BUFFER, Ops.CONST) and u.base.op is not Ops.BUFFER and any(x in becomes for x in u.toposort):
+            t.uop = u.substitute(becomes)
