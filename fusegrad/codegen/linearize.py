@@ -107,4 +107,16 @@ def linearize(sink: UOp) -> list[UOp]:
         stuck = [x for x in order if x not in done][:5]
         raise RuntimeError(f"linearize is stuck with open loops {[r.arg for r in stack]}; waiting: {[x.op for x in stuck]}")
     while stack: emitted.append(UOp(Ops.END, src=(stack.pop(),)))
-    return emitted
+    return _drop_virtual_sources(emitted)
+
+def _drop_virtual_sources(emitted: list[UOp]) -> list[UOp]:
+    """Graph ENDs only order things and are never emitted: drop them from their users' sources so
+    every source in the list appears earlier in the list."""
+    mapped: dict[UOp, UOp] = {}
+    result = []
+    for u in emitted:
+        src = tuple(mapped[s] for s in u.src if s in mapped)
+        new = u if src == u.src else u.replace(src=src)
+        mapped[u] = new
+        result.append(new)
+    return result

@@ -100,7 +100,8 @@ class CStyleLanguage(Renderer):
         for u in uops:
             for s in u.src: uses[s] += 2 if u.op is Ops.MAX else 1
         expr: dict[UOp, str] = {}
-        params: list[str] = []
+        params: list[str] = []             # variables, in list order, after the buffers
+        buffer_params: list[tuple[int, str]] = []
         body: list[str] = []
         depth = 1
         counters: Counter[str] = Counter()
@@ -116,7 +117,7 @@ class CStyleLanguage(Renderer):
             op = u.op
             if op is Ops.PARAM:
                 expr[u] = f"data{u.arg}"
-                params.append(self.render_param(u, expr[u]))
+                buffer_params.append((u.arg, self.render_param(u, expr[u])))
             elif op is Ops.DEFINE_VAR:
                 # every variable travels as a 64-bit int; the kernel narrows it to its index type
                 expr[u] = u.arg[0]
@@ -159,7 +160,8 @@ class CStyleLanguage(Renderer):
                 else: expr[u] = value
             else:
                 raise NotImplementedError(f"{type(self).__name__} can't render {op}")
-        return self.render_kernel(name, params, body)
+        # buffers in slot order (the runtime passes them that way), then the variables
+        return self.render_kernel(name, [p for _, p in sorted(buffer_params)] + params, body)
 
     barrier = ""
 

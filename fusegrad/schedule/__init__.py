@@ -84,8 +84,6 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
     for node in order:
         if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY): realize.add(node)
         if node.op is Ops.COPY and not _is_view_of_buffer(node.src[0]): realize.add(node.src[0])
-        # a reduce used in several places would be computed several times
-        if node.op is Ops.REDUCE_AXIS and len(set(consumers.get(node, []))) > 1: realize.add(node)
     # a value broadcast by EXPAND is recomputed per output element: store it if that repeats a reduce
     for node in order:
         if node.op is Ops.EXPAND:
@@ -94,6 +92,50 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
     return [node for node in order if node in realize]
 
 # ---------------------------------------------------------------- kernels
+
+def _is_unit_reshape(x: UOp) -> bool:
+    """A reshape that only adds or removes size-1 dims keeps every element's loop indices."""
+    return x.op is Ops.RESHAPE and tuple(s for s in x.shape if s != 1) == tuple(s for s in x.src[0].shape if s != 1)
+
+def _reads_elementwise(node: UOp, member: UOp) -> bool:
+    """Does every path from ``node`` down to ``member`` go through elementwise ops only?"""
+    stack, seen = [node], set()
+    while stack:
+        x = stack.pop()
+        if x is member or x in seen: continue
+        seen.add(x)
+        for s in x.src:
+            if member not in s.toposort: continue
+            if x.op in GroupOp.Movement and not _is_unit_reshape(x): return False
+            if x.op is Ops.REDUCE_AXIS: return False
+            stack.append(s)
+    return True
+
+def group_kernels(points: list[UOp]) -> list[list[UOp]]:
+    """Group realize points into kernels. Points of the same shape and device that don't depend on
+    each other become one multi-output kernel: they share loops, and a reduce they share is
+    computed once. A group is emitted just before the first point that needs one of its members,
+    so the order stays a valid dependency order."""
+    units: list[list[UOp]] = []
+    open_groups: dict[tuple, list[UOp]] = {}
+    for node in points:
+        needs = node.toposort
+        simple = node.op not in (Ops.COPY, Ops.ASSIGN) and all(isinstance(s, int) for s in node.shape)
+        # size-1 dims don't make loops, so (4, 1) and (4,) outputs share theirs
+        key = (tuple(x for x in node.shape if x != 1), node.device)
+        for group_key, group in list(open_groups.items()):
+            used = [member for member in group if member in needs]
+            if not used: continue
+            # a node that reads members elementwise, at the same loop indices, can join their kernel
+            if simple and group_key == key and all(_reads_elementwise(node, member) for member in used): continue
+            units.append(group)
+            del open_groups[group_key]
+        if not simple:
+            units.append([node])
+            continue
+        open_groups.setdefault(key, []).append(node)
+    units.extend(open_groups.values())
+    return units
 
 def _unbind(ast: UOp) -> tuple[UOp, tuple[tuple[UOp, int], ...]]:
     """Replace bound variables in a kernel by their DEFINE_VAR; return the values separately."""
@@ -111,7 +153,15 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     points = find_realize_points(simplified)
     realized: dict[UOp, UOp] = {}
     items: list[ScheduleItem] = []
-    for node in points:
+    for unit in group_kernels(points):
+        if len(unit) > 1:
+            outs = [new_buffer_uop(node.device, prod(node.shape), node.dtype) for node in unit]
+            ast, buffers = build_kernel([(node, out, out) for node, out in zip(unit, outs)], realized)
+            realized.update(zip(unit, outs))
+            ast, var_vals = _unbind(ast)
+            items.append(ScheduleItem(ast, tuple(buffers), var_vals))
+            continue
+        node = unit[0]
         if node.op is Ops.COPY:
             src = node.src[0]
             src_buffer = realized.get(src, src.base)

@@ -177,10 +177,14 @@ def build_kernel(outputs: list[tuple[UOp, UOp, UOp]], realized: dict[UOp, UOp]) 
     Returns the AST (a SINK of STOREs) and the BUFFER uops in PARAM slot order."""
     builder = KernelBuilder(realized)
     for _, _, out_buffer in outputs: builder.slots.setdefault(out_buffer, len(builder.slots))
-    shape = outputs[0][0].shape
-    ranges = builder.output_ranges(shape)
+    # outputs may differ only in size-1 dims: loops come from the non-1 dims, shared by all
+    loop_shape = tuple(s for s in outputs[0][0].shape if not (isinstance(s, int) and s == 1))
+    loop_ranges = builder.output_ranges(loop_shape)
     stores = []
     for value_node, target, out_buffer in outputs:
+        shape = value_node.shape
+        remaining = iter(loop_ranges)
+        ranges = tuple(UOp.const(dtypes.index, 0) if isinstance(s, int) and s == 1 else next(remaining) for s in shape)
         value = builder.lower(value_node, ranges, None)
         if target is out_buffer:
             index, gate = flat_index(ranges, shape), None
