@@ -17,6 +17,8 @@ from fusegrad.uop.ops import UOp, Ops, GroupOp, resolve, smax, sint_to_uop
 from fusegrad.device import Device, Buffer
 from fusegrad.schedule import create_schedule, new_buffer_uop, buffer_of, BUFFERS, ScheduleItem
 from fusegrad.engine.realize import run_schedule
+from fusegrad.mixins.processing import ProcessingMixin
+from fusegrad.mixins.functional import FunctionalMixin
 
 all_tensors: "weakref.WeakSet[Tensor]" = weakref.WeakSet()
 
@@ -56,10 +58,34 @@ def _broadcast_shape(*shapes: tuple) -> tuple:
         out.append(non_one.pop() if non_one else 1)
     return tuple(out)
 
-class Tensor:
+class _TrainingFlag:
+    """``Tensor.training`` reads and writes the TRAINING context flag, so ``Context(TRAINING=1)``
+    and ``with Tensor.train():`` are the same switch."""
+    def __get__(self, obj, owner=None) -> bool: return bool(TRAINING.value)
+    def __set__(self, obj, value: bool) -> None: TRAINING.value = int(bool(value))
+
+class _TensorMeta(type):
+    training = _TrainingFlag()
+    def __setattr__(cls, name: str, value: Any) -> None:
+        if name == "training": TRAINING.value = int(bool(value))
+        else: super().__setattr__(name, value)
+
+class _TrainMode:
+    """``with Tensor.train():`` (or as a decorator) sets training mode for a block."""
+    def __init__(self, mode: bool = True): self.mode = mode
+    def __enter__(self) -> None:
+        self.previous = TRAINING.value
+        TRAINING.value = int(self.mode)
+    def __exit__(self, *exc: Any) -> None: TRAINING.value = self.previous
+    def __call__(self, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with _TrainMode(self.mode): return fn(*args, **kwargs)
+        return wrapper
+
+class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     """A lazy multi-dimensional array with autograd. See the module docstring for an example."""
     __slots__ = ("uop", "requires_grad", "grad", "_ctx", "__weakref__")
-    training: bool = False
     no_grad: bool = False
     _seed: int = 0
     _rng_counters: dict[str, "Tensor"] = {}
@@ -233,6 +259,60 @@ class Tensor:
         return self
     def shard(self, devices: tuple, axis: int | None = None) -> "Tensor":
         raise NotImplementedError("multi-device tensors (shard) are not implemented yet")
+
+    # ---------------------------------------------------------------- autograd
+    @staticmethod
+    def train(mode: bool = True) -> _TrainMode:
+        """``with Tensor.train():`` enables dropout and batch statistics for a block."""
+        return _TrainMode(mode)
+    @staticmethod
+    def test() -> _TrainMode:
+        """``with Tensor.test():`` is training mode off."""
+        return _TrainMode(False)
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        """Mark this tensor as a leaf that gets ``.grad`` on ``backward()``."""
+        self.requires_grad = requires_grad
+        return self
+
+    def gradient(self, *targets: "Tensor", gradient: "Tensor | None" = None, materialize_grads: bool = False) -> list["Tensor"]:
+        """Gradients of this (scalar) tensor with respect to ``targets``, without touching ``.grad``:
+        ``dx, = loss.gradient(x)``."""
+        from fusegrad.gradient import compute_gradient
+        if gradient is None and self.numel() != 1:
+            raise RuntimeError(f"gradient needs a scalar tensor or an explicit gradient; this one has shape {self.shape}")
+        for t in targets:
+            if not dtypes.is_float(t.dtype): raise RuntimeError(f"can't take a gradient with respect to a {t.dtype} tensor (only floats)")
+        if not dtypes.is_float(self.dtype): raise RuntimeError(f"can't differentiate a {self.dtype} tensor (only floats)")
+        seed = gradient.uop if gradient is not None else UOp.const(self.dtype, 1.0, self.device, self.shape)
+        if gradient is not None and gradient.shape != self.shape:
+            raise ValueError(f"gradient shape {gradient.shape} doesn't match tensor shape {self.shape}")
+        grads = compute_gradient(self.uop, seed, {t.uop for t in targets})
+        results = []
+        for t in targets:
+            g = grads.get(t.uop)
+            if g is None:
+                if not materialize_grads: raise RuntimeError(f"tensor of shape {t.shape} is not in the graph of this tensor")
+                g = UOp.const(t.dtype, 0, t.device, t.shape)
+            results.append(Tensor(g, requires_grad=False))
+        return results
+
+    def backward(self, gradient: "Tensor | None" = None) -> "Tensor":
+        """Accumulate d(self)/d(t) into ``t.grad`` for every float tensor ``t`` in this graph that
+        doesn't opt out with ``requires_grad=False``."""
+        if gradient is None and self.numel() != 1:
+            raise RuntimeError(f"backward needs a scalar tensor or an explicit gradient; this one has shape {self.shape}")
+        in_graph = self.uop.toposort
+        targets = [t for t in list(all_tensors) if t.requires_grad is not False and t.uop in in_graph and t is not self
+                   and dtypes.is_float(t.dtype)]
+        if not targets: return self
+        from fusegrad.gradient import compute_gradient
+        seed = gradient.uop if gradient is not None else UOp.const(self.dtype, 1.0, self.device, self.shape)
+        grads = compute_gradient(self.uop, seed, {t.uop for t in targets})
+        for t in targets:
+            if (g := grads.get(t.uop)) is None: continue
+            new = Tensor(g, requires_grad=False)
+            t.grad = new if t.grad is None else t.grad + new
+        return self
 
     # ---------------------------------------------------------------- creation
     @staticmethod

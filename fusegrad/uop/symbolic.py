@@ -19,7 +19,7 @@ merged, the bases are sorted by ``_sort_key`` (deterministic across processes) a
 left-associated with the constant last, for example ``((a*4)+(b*-1))+3``.
 """
 from __future__ import annotations
-import hashlib, math, weakref
+import functools, hashlib, math, weakref
 from enum import Enum
 from typing import Any
 from fusegrad.dtype import dtypes
@@ -68,9 +68,12 @@ symbolic_simple = PatternMatcher([
 
 # ---------------------------------------------------------------- helpers
 
+@functools.cache
+def _sym_int_dtype(dtype) -> bool: return dtype.count == 1 and dtypes.is_int(dtype) and not dtypes.is_unsigned(dtype)
+
 def _is_sym_int(u: UOp) -> bool:
     """Scalar signed integer math (int8..int64, index, weakint), where overflow is assumed away."""
-    return u.dtype.count == 1 and dtypes.is_int(u.dtype) and not dtypes.is_unsigned(u.dtype) and _is_kernel_level(u)
+    return _sym_int_dtype(u.dtype) and _is_kernel_level(u)
 
 def _is_bool(u: UOp) -> bool: return u.dtype == dtypes.bool
 
@@ -146,20 +149,31 @@ def _flatten(u: UOp) -> tuple[dict[UOp, int], int] | None:
         else: terms[node] = terms.get(node, 0) + k
     return terms, const
 
-def _build_sum(terms: dict[UOp, int], const: int, dtype) -> UOp:
-    """The canonical UOp for sum(coeff*base) + const: sorted bases, left-associated, constant last."""
+# sums built by _canonical_sum (and their prefixes): known fixed points of it, skipped when seen again
+_CANONICAL: "weakref.WeakSet[UOp]" = weakref.WeakSet()
+
+def _build_sum(terms: dict[UOp, int], const: int, dtype, canonical: bool = False) -> UOp:
+    """The canonical UOp for sum(coeff*base) + const: sorted bases, left-associated, constant last.
+    Coefficients are first wrapped to ``dtype`` (as its constants would be)."""
+    wrapped = {b: w for b, k in terms.items() if (w := dtypes.as_const(k, dtype)) != 0}
     out: UOp | None = None
-    for base, k in sorted(((b, k) for b, k in terms.items() if k != 0), key=lambda bk: _sort_key(bk[0])):
+    for base, k in sorted(wrapped.items(), key=lambda bk: _sort_key(bk[0])):
         term = base if k == 1 else base * UOp.const(dtype, k)
         out = term if out is None else out + term
+        if canonical: _CANONICAL.update((term, out) if k != 1 else (out,))
+    const = dtypes.as_const(const, dtype)
     if out is None: return UOp.const(dtype, const)
-    return out if const == 0 else out + UOp.const(dtype, const)
+    if const != 0:
+        out = out + UOp.const(dtype, const)
+        if canonical: _CANONICAL.add(out)
+    return out
 
-def _recombine_divmod(terms: dict[UOp, int]) -> None:
+def _recombine_divmod(terms: dict[UOp, int]) -> bool:
     """In place: (x//c)*(k*c) + (x%c)*k -> x*k, and ((x//c1)%c2)*(k*c1) + (x%c1)*k -> (x%(c1*c2))*k.
     Exact for any sign: C guarantees x == (x/c)*c + x%c, and (x/c1)/c2 == x/(c1*c2)."""
     mods = {(b.src[0], c): b for b in terms if b.op is Ops.MOD and (c := _cval(b.src[1])) is not None and c > 0}
-    if not mods: return
+    changed = False
+    if not mods: return changed
     for a in list(terms):
         if a not in terms or (ka := terms[a]) == 0: continue
         if a.op is Ops.IDIV and (c := _cval(a.src[1])) is not None and c > 0:
@@ -173,16 +187,19 @@ def _recombine_divmod(terms: dict[UOp, int]) -> None:
         if b is None or b not in terms or (kb := terms[b]) == 0 or ka != kb * c: continue
         del terms[a], terms[b]
         terms[replacement] = terms.get(replacement, 0) + kb
+        changed = True
+    return changed
 
 # ---------------------------------------------------------------- sums, products, negation
 
 def _canonical_sum(root: UOp) -> UOp | None:
     """Integer ADD/SUB/NEG/MUL-by-const: flatten, merge like terms (x+x -> x*2, x*c1+x*c2 -> x*(c1+c2),
     (x+c1)+c2 -> x+(c1+c2), (x*c1)*c2 -> x*(c1*c2)), recombine div/mod pairs, sort the terms."""
-    if not _is_sym_int(root) or (flat := _flatten(root)) is None: return None
+    if root in _CANONICAL or not _is_sym_int(root) or (flat := _flatten(root)) is None: return None
     terms, const = flat
-    _recombine_divmod(terms)
-    return _build_sum(terms, const, root.dtype)
+    # a recombined x may itself be a sum: the result is flattened again on the next visit
+    changed = _recombine_divmod(terms)
+    return _build_sum(terms, const, root.dtype, canonical=not changed)
 
 def _hoist_mul_const(x: UOp, y: UOp) -> UOp | None:
     """Integer x*(y*c) -> (x*y)*c: constants move outward so like terms and div/mod rules see them."""
@@ -316,6 +333,7 @@ def _cmp_self(root: UOp, x: UOp) -> UOp | None:
 def _not(inner: UOp) -> UOp | None:
     """Logical not (x != True) of a comparison: !(a<d) -> (d-1)<a, !(d<b) -> b<(d+1) for ints,
     !(a!=b) -> a==b, !(a==b) -> a!=b (exact for floats too: NaN != NaN)."""
+    if inner.dtype.count != 1: return None
     if inner.op is Ops.CMPNE: return UOp(Ops.CMPEQ, dtypes.bool, inner.src)
     if inner.op is Ops.CMPEQ: return UOp(Ops.CMPNE, dtypes.bool, inner.src)
     if inner.op is Ops.CMPLT and _is_sym_int(inner.src[0]):
@@ -337,6 +355,7 @@ def _cval_bool(u: UOp) -> bool | None: return u.arg if u.op is Ops.CONST and not
 
 def _where_not(cond: UOp, t: UOp, f: UOp) -> UOp | None:
     """(!c) ? t : f -> c ? f : t, and (a == b) ? t : f -> (a != b) ? f : t (one canonical form)."""
+    if cond.dtype.count != 1: return None
     if cond.op is Ops.CMPNE and _is_bool(cond.src[0]) and _cval_bool(cond.src[1]) is True:
         return cond.src[0].where(f, t)
     if cond.op is Ops.CMPEQ: return UOp(Ops.CMPNE, dtypes.bool, cond.src).where(f, t)
