@@ -5,3 +5,4 @@ if TYPE_CHECKING: from fusegrad.tensor import Tensor
 
 class FunctionalMixin:
     """Mixed into Tensor. Methods here build on the core Tensor ops only."""
+    __slots__ = ()
