@@ -173,7 +173,11 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
 
     def realize(self, *others: "Tensor", do_update_stats: bool = True) -> "Tensor":
         """Compute this tensor (and ``others``) now: ``Tensor.realize(a, b)`` or ``a.realize()``."""
-        run_schedule(self.schedule(*others), do_update_stats=do_update_stats)
+        items = self.schedule(*others)
+        if len(items) > 1:
+            from fusegrad.engine.memory import plan_memory, referenced_buffers
+            plan_memory([item.buffer_uops for item in items], referenced_buffers(t.uop for t in list(all_tensors)), BUFFERS)
+        run_schedule(items, do_update_stats=do_update_stats)
         return self
 
     def _is_realized(self) -> bool:

@@ -111,6 +111,27 @@ def _reads_elementwise(node: UOp, member: UOp) -> bool:
             stack.append(s)
     return True
 
+def _kernel_work(node: UOp, points: set[UOp]) -> set[UOp]:
+    """What the kernel computing ``node`` reads (buffers, other realize points) and reduces,
+    stopping at realize points (those are separate kernels)."""
+    found: set[UOp] = set()
+    stack, seen = list(node.src), set()
+    while stack:
+        x = stack.pop()
+        if x in seen: continue
+        seen.add(x)
+        if x in points or x.op is Ops.BUFFER:
+            found.add(x)
+            continue
+        if x.op is Ops.REDUCE_AXIS: found.add(x)
+        stack.extend(x.src)
+    return found
+
+def _shares_work(a: set[UOp], b: set[UOp]) -> bool:
+    """Do two kernels read a common input or compute a common reduce? Only then does putting
+    them in one kernel save memory traffic."""
+    return not a.isdisjoint(b)
+
 def group_kernels(points: list[UOp]) -> list[list[UOp]]:
     """Group realize points into kernels. Points of the same shape and device that don't depend on
     each other become one multi-output kernel: they share loops, and a reduce they share is
@@ -118,6 +139,8 @@ def group_kernels(points: list[UOp]) -> list[list[UOp]]:
     so the order stays a valid dependency order."""
     units: list[list[UOp]] = []
     open_groups: dict[tuple, list[UOp]] = {}
+    point_set = set(points)
+    work = {node: _kernel_work(node, point_set) for node in points}
     for node in points:
         needs = node.toposort
         simple = node.op not in (Ops.COPY, Ops.ASSIGN) and all(isinstance(s, int) for s in node.shape)
@@ -133,6 +156,11 @@ def group_kernels(points: list[UOp]) -> list[list[UOp]]:
         if not simple:
             units.append([node])
             continue
+        group = open_groups.get(key)
+        if group is not None and not any(member in needs or _shares_work(work[node], work[member]) for member in group):
+            # unrelated work gains nothing from sharing loops and would keep buffers alive longer
+            units.append(group)
+            del open_groups[key]
         open_groups.setdefault(key, []).append(node)
     units.extend(open_groups.values())
     return units
@@ -191,5 +219,46 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     for original, new in zip(roots, final):
         if original is not new: becomes[original] = new
     for node, new in node_map.items(): becomes.setdefault(node, new)
+    items = order_for_memory(items)
     if DEBUG >= 1 and len(items) >= 10: print(f"scheduled {len(items)} kernels")
     return items, becomes
+
+def order_for_memory(items: list[ScheduleItem]) -> list[ScheduleItem]:
+    """Reorder kernels (keeping every dependency) so intermediates die early: among the kernels
+    whose inputs are ready, run the one that frees the most bytes, then the oldest."""
+    if len(items) < 3: return items
+    writer: dict[UOp, int] = {}
+    readers: dict[UOp, set[int]] = {}
+    deps: list[set[int]] = []
+    for i, item in enumerate(items):
+        n_out = len(item.ast.src) if item.ast.op is Ops.SINK else 1
+        outs, ins = item.buffer_uops[:n_out], item.buffer_uops[n_out:]
+        needed = {writer[b] for b in item.buffer_uops if b in writer}
+        # a write must also wait for earlier readers of the old contents (assign)
+        for b in outs: needed |= readers.get(b, set())
+        deps.append(needed - {i})
+        for b in ins: readers.setdefault(b, set()).add(i)
+        for b in outs: writer[b] = i
+    remaining_reads = {b: len(r) for b, r in readers.items()}
+    users: dict[int, list[int]] = {}
+    for i, d in enumerate(deps):
+        for j in d: users.setdefault(j, []).append(i)
+    waiting = [len(d) for d in deps]
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    order: list[int] = []
+    def freed_bytes(i: int) -> int:
+        item = items[i]
+        n_out = len(item.ast.src) if item.ast.op is Ops.SINK else 1
+        return sum(b.arg[2] * b.dtype.itemsize for b in set(item.buffer_uops[n_out:]) if remaining_reads.get(b) == 1)
+    while ready:
+        best = max(ready, key=lambda i: (freed_bytes(i), -i))
+        ready.remove(best)
+        order.append(best)
+        item = items[best]
+        n_out = len(item.ast.src) if item.ast.op is Ops.SINK else 1
+        for b in set(item.buffer_uops[n_out:]): remaining_reads[b] -= 1
+        for u in users.get(best, []):
+            waiting[u] -= 1
+            if waiting[u] == 0: ready.append(u)
+    assert len(order) == len(items), "kernel dependencies have a cycle"
+    return [items[i] for i in order]

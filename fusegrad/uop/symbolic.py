@@ -36,21 +36,28 @@ def _fold_constants(root: UOp) -> UOp | None:
 
 def _is_int(u: UOp) -> bool: return dtypes.is_int(u.dtype)
 
+def _const_like(u: UOp, value: Any) -> UOp:
+    """A constant of u's dtype. For index math a plain CONST: ``u.const_like`` would compute u's
+    (tensor) shape, recursively, which overflows the stack on deep expressions."""
+    return UOp.const(u.dtype, value) if _is_kernel_level(u) else u.const_like(value)
+
+def _logical_not(u: UOp) -> UOp: return UOp(Ops.CMPNE, u.dtype, (u, _const_like(u, True)))
+
 def _bounds_const(x: UOp) -> UOp | None:
     """An integer or bool expression whose bounds pin one value is that value."""
     if x.op is Ops.CONST or x.op in (Ops.DEFINE_VAR, Ops.RANGE, Ops.SPECIAL, Ops.BIND): return None
     if not (_is_int(x) or x.dtype == dtypes.bool) or x.dtype.count > 1: return None
     lo, hi = x.vmin_vmax
-    return x.const_like(lo) if lo == hi else None
+    return _const_like(x, lo) if lo == hi else None
 
 symbolic_simple = PatternMatcher([
     (UPat(GroupOp.ALU, name="root"), _fold_constants),
     # identities
     (UPat.var("x") + 0, lambda x: x),
     (UPat.var("x") * 1, lambda x: x),
-    (UPat.var("x", dtype=dtypes.ints + (dtypes.index, dtypes.weakint)) * 0, lambda x: x.const_like(0)),
+    (UPat.var("x", dtype=dtypes.ints + (dtypes.index, dtypes.weakint)) * 0, lambda x: _const_like(x, 0)),
     (UPat.var("x") // 1, lambda x: x if _is_int(x) else None),
-    (UPat.var("x") % 1, lambda x: x.const_like(0) if _is_int(x) else None),
+    (UPat.var("x") % 1, lambda x: _const_like(x, 0) if _is_int(x) else None),
     (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(UPat.var("x"),)),)), lambda x: x),
     (UPat(Ops.WHERE, src=(UPat.cvar("c"), UPat.var("a"), UPat.var("b"))), lambda c, a, b: a if c.arg else b),
     (UPat(Ops.WHERE, src=(UPat.var(), UPat.var("a"), UPat.var("b"))), lambda a, b: a if a is b else None),
@@ -60,8 +67,8 @@ symbolic_simple = PatternMatcher([
     (UPat.var("x").maximum(UPat.var("y")), lambda x, y: x if x is y else None),
     (UPat(Ops.AND, dtype=dtypes.bool, src=[UPat.var("x"), UPat.const(dtypes.bool, True)]), lambda x: x),
     (UPat(Ops.OR, dtype=dtypes.bool, src=[UPat.var("x"), UPat.const(dtypes.bool, False)]), lambda x: x),
-    (UPat(Ops.AND, dtype=dtypes.bool, src=[UPat.var("x"), UPat.const(dtypes.bool, False)]), lambda x: x.const_like(False)),
-    (UPat(Ops.OR, dtype=dtypes.bool, src=[UPat.var("x"), UPat.const(dtypes.bool, True)]), lambda x: x.const_like(True)),
+    (UPat(Ops.AND, dtype=dtypes.bool, src=[UPat.var("x"), UPat.const(dtypes.bool, False)]), lambda x: _const_like(x, False)),
+    (UPat(Ops.OR, dtype=dtypes.bool, src=[UPat.var("x"), UPat.const(dtypes.bool, True)]), lambda x: _const_like(x, True)),
     (UPat(Ops.CMPNE, src=(UPat.var("x", dtype=dtypes.bool), UPat.const(dtypes.bool, False))), lambda x: x),
     (UPat(Ops.CMPEQ, src=(UPat.var("x", dtype=dtypes.bool), UPat.const(dtypes.bool, True))), lambda x: x),
 ])
@@ -240,7 +247,7 @@ def _div_const(x: UOp, c: UOp) -> UOp | None:
     # x / -d == -(x / d) when division truncates
     if d < 0: return (x // UOp.const(x.dtype, -d)) * UOp.const(x.dtype, -1)
     # quotients are monotonic in x, so equal quotients at both bounds pin the result
-    if (lo := _cdiv(x.vmin, d)) == _cdiv(x.vmax, d): return x.const_like(lo)
+    if (lo := _cdiv(x.vmin, d)) == _cdiv(x.vmax, d): return _const_like(x, lo)
     # (x/d1)/d == x/(d1*d) for positive d1, d and any sign of x (both truncate toward zero)
     if x.op is Ops.IDIV and (d1 := _cval(x.src[1])) is not None and d1 > 0: return x.src[0] // UOp.const(x.dtype, d1 * d)
     if (flat := _flatten(x)) is None: return None
@@ -282,11 +289,11 @@ def _mod_const(x: UOp, c: UOp) -> UOp | None:
 
 def _div_self(x: UOp) -> UOp | None:
     """Integer x // x == 1 when x can't be zero."""
-    return x.const_like(1) if _is_sym_int(x) and (x.vmin > 0 or x.vmax < 0) else None
+    return _const_like(x, 1) if _is_sym_int(x) and (x.vmin > 0 or x.vmax < 0) else None
 
 def _zero_if_int(x: UOp) -> UOp | None:
     """Integer x % x == 0, 0 // x == 0, 0 % x == 0 (exec_alu defines division by zero as 0)."""
-    return x.const_like(0) if _is_sym_int(x) else None
+    return _const_like(x, 0) if _is_sym_int(x) else None
 
 # ---------------------------------------------------------------- comparisons
 
@@ -307,7 +314,7 @@ def _cmplt_const_right(x: UOp, c: UOp) -> UOp | None:
     """Integer g*S + k0 < d  ->  S < ceil((d-k0)/g) for g > 0, (floor((d-k0)/g)) < S for g < 0."""
     if (d := _cval(c)) is None or (parts := _linear_parts(x)) is None: return None
     s, g, k0 = parts
-    if g > 0: return s < _ceil_div(d - k0, g)
+    if g > 0: return s < UOp.const(s.dtype, _ceil_div(d - k0, g))
     # -|g|*S < e  <=>  S > -e/|g|  <=>  floor(-e/|g|) < S, with e = d - k0
     return UOp.const(x.dtype, (k0 - d) // -g) < s
 
@@ -316,7 +323,7 @@ def _cmplt_const_left(c: UOp, x: UOp) -> UOp | None:
     if (d := _cval(c)) is None or (parts := _linear_parts(x)) is None: return None
     s, g, k0 = parts
     if g > 0: return UOp.const(x.dtype, (d - k0) // g) < s
-    return s < _ceil_div(k0 - d, -g)
+    return s < UOp.const(s.dtype, _ceil_div(k0 - d, -g))
 
 def _cmp_eq_const(root: UOp, x: UOp, c: UOp) -> UOp | None:
     """Integer g*S + k0 ==/!= d  ->  S ==/!= (d-k0)/g, decided outright when g doesn't divide d-k0."""
@@ -339,7 +346,7 @@ def _not(inner: UOp) -> UOp | None:
     if inner.op is Ops.CMPLT and _is_sym_int(inner.src[0]):
         a, b = inner.src
         if (d := _cval(b)) is not None: return UOp.const(a.dtype, d - 1) < a
-        if (d := _cval(a)) is not None: return b < d + 1
+        if (d := _cval(a)) is not None: return b < UOp.const(b.dtype, d + 1)
     return None
 
 # ---------------------------------------------------------------- where, max, and/or
@@ -348,7 +355,7 @@ def _where_bool(cond: UOp, t: UOp, f: UOp) -> UOp | None:
     """cond ? True : False -> cond, cond ? False : True -> !cond."""
     if not (_is_bool(cond) and _is_bool(t) and _cval_bool(t) is not None and _cval_bool(f) is not None): return None
     if _cval_bool(t) and not _cval_bool(f): return cond
-    if not _cval_bool(t) and _cval_bool(f): return cond.ne(True)
+    if not _cval_bool(t) and _cval_bool(f): return _logical_not(cond)
     return None
 
 def _cval_bool(u: UOp) -> bool | None: return u.arg if u.op is Ops.CONST and not u.src and type(u.arg) is bool else None
@@ -397,7 +404,7 @@ symbolic = symbolic_simple + PatternMatcher([
     (UPat((Ops.CMPNE, Ops.CMPEQ), name="root", src=(UPat.var("x"), UPat.cvar("c"))), _cmp_eq_const),
     (UPat((Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ), name="root", src=(UPat.var("x"), UPat.var("x"))), _cmp_self),
     (UPat(Ops.CMPNE, src=(UPat.var("inner", dtype=dtypes.bool), UPat.const(dtypes.bool, True))), _not),
-    (UPat(Ops.CMPEQ, src=(UPat.var("x", dtype=dtypes.bool), UPat.const(dtypes.bool, False))), lambda x: x.ne(True)),
+    (UPat(Ops.CMPEQ, src=(UPat.var("x", dtype=dtypes.bool), UPat.const(dtypes.bool, False))), lambda x: _logical_not(x)),
     # where, max, and/or
     (UPat(Ops.WHERE, src=(UPat.var("cond"), UPat.var("t"), UPat.var("f"))), _where_bool),
     (UPat(Ops.WHERE, src=(UPat.var("cond"), UPat.var("t"), UPat.var("f"))), _where_not),

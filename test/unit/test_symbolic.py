@@ -260,6 +260,14 @@ class TestRulesAreNamedAndFast(unittest.TestCase):
         e = UOp.variable("q", 0, 10)
         for k in range(3000): e = e + (k % 3)
         self.assertIs(simplify(e), UOp.variable("q", 0, 10) + sum(k % 3 for k in range(3000)))
+    def test_deep_unflattenable_chain(self):
+        # a sum too wide to canonicalize stays deep; folding it must not recurse through it
+        e = UOp.variable("q", 0, 10)
+        for k in range(3000): e = UOp(Ops.ADD, dtypes.index, (e, UOp.variable(f"w{k}", 0, 1)))
+        zero = UOp.const(dtypes.index, 0)
+        self.assertIs(simplify(UOp(Ops.MOD, dtypes.index, (e, UOp.const(dtypes.index, 1)))), zero)
+        self.assertIs(simplify(UOp(Ops.MUL, dtypes.index, (e, zero))), zero)
+        self.assertIs(simplify(UOp(Ops.IDIV, dtypes.index, (e, UOp.const(dtypes.index, 10**6)))), zero)
     def test_wide_sum(self):
         vs = [UOp.variable(f"v{k}", 0, 3) for k in range(40)]
         a, b = vs[0], vs[-1]
