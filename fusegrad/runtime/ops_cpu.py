@@ -45,4 +45,53 @@ class CPUProgram:
 
 class CPUDevice(Compiled):
     def __init__(self, device: str):
-        super().__init__(device, MallocAllocator(), ClangRenderer(), ClangCompiler(), CPUProgram)
+        super().__init__(device, MallocAllocator(), ClangRenderer(), ClangCompiler(), CPUProgram, CPUGraph)
+
+class CPUGraph:
+    """Runs a JIT capture in one native call: a generated C function calls every kernel in order
+    through a table of function pointers, with buffer addresses from a pointer table. Replay only
+    rewrites the table entries of the inputs, so a captured kernel costs a C call, not Python."""
+    def __init__(self, items: list, input_buffers: list):
+        from fusegrad.engine.realize import CompiledRunner
+        self.items = items
+        slot_of: dict[int, int] = {}
+        buffers: list = []
+        var_names: list[str] = []
+        calls = []
+        for index, item in enumerate(items):
+            if not isinstance(item.prg, CompiledRunner) or not isinstance(item.prg._prg, CPUProgram):
+                raise NotImplementedError("CPUGraph only batches CPU kernels")
+            args, types = [], []
+            for buf in item.bufs:
+                if id(buf) not in slot_of:
+                    slot_of[id(buf)] = len(buffers)
+                    buffers.append(buf)
+                args.append(f"bufs[{slot_of[id(buf)]}]")
+                types.append("void*")
+            for var in item.prg.p.vars:
+                if var.arg[0] not in var_names: var_names.append(var.arg[0])
+                args.append(f"vals[{var_names.index(var.arg[0])}]")
+                types.append("long long")
+            calls.append(f"  ((void(*)({', '.join(types) or 'void'}))fns[{index}])({', '.join(args)});")
+        src = "void run(void **fns, void **bufs, long long *vals) {\n" + "\n".join(calls) + "\n}\n"
+        self.lib = CPUProgram("run", Device_compiler().compile_cached(src))
+        self.functions = (ctypes.c_void_p * len(items))(*[ctypes.cast(item.prg._prg.fxn, ctypes.c_void_p) for item in items])
+        for buf in buffers: buf.ensure_allocated()
+        self.table = (ctypes.c_void_p * max(1, len(buffers)))(*[ctypes.addressof(b._buf) for b in buffers])
+        self.input_slots = [slot_of.get(id(b)) if b is not None else None for b in input_buffers]
+        self.var_names = var_names
+        self.vals = (ctypes.c_int64 * max(1, len(var_names)))()
+        self.default_vals = {}
+        for item in items:
+            for var, value in item.var_vals.items(): self.default_vals[var.expr] = value
+    def replay(self, new_inputs: list, var_vals: dict) -> None:
+        for slot, buf in zip(self.input_slots, new_inputs):
+            if slot is not None and buf is not None: self.table[slot] = ctypes.addressof(buf._buf)
+        if self.var_names:
+            by_name = {**self.default_vals, **{v.expr: val for v, val in var_vals.items()}}
+            for i, name in enumerate(self.var_names): self.vals[i] = by_name[name]
+        self.lib.fxn(self.functions, self.table, self.vals)
+
+def Device_compiler():
+    from fusegrad.device import Device
+    return Device["CPU"].compiler

@@ -1,0 +1,226 @@
+"""Optimizers with tinygrad's API: SGD, LARS, LAMB, Adam, AdamW, Muon and OptimizerGroup.
+
+Every optimizer builds its update lazily: ``schedule_step()`` assigns the new values into the
+parameters (and into its own state, like momentum buffers) and returns the tensors to realize;
+``step()`` realizes them all at once, so the whole update fuses into a few kernels.
+
+>>> from fusegrad import Tensor
+>>> from fusegrad.nn.optim import SGD
+>>> w = Tensor([1.0, 2.0], requires_grad=True)
+>>> opt = SGD([w], lr=0.5)
+>>> with Tensor.train():
+...     opt.zero_grad()
+...     (w * w).sum().backward()
+...     _ = opt.step()
+>>> w.tolist()
+[0.0, 0.0]
+"""
+from __future__ import annotations
+from fusegrad.tensor import Tensor
+from fusegrad.dtype import dtypes, least_upper_dtype, to_dtype
+from fusegrad.helpers import dedup, flatten, getenv
+from fusegrad.uop.ops import Ops
+
+def _stored(t: Tensor) -> Tensor:
+    """``t`` computed once into its own buffer when it is used by several state updates (the
+    scheduler would otherwise recompute an unrealized gradient, a reduce, in each of them)."""
+    return t if t.uop.base.op is Ops.BUFFER else t.contiguous()
+
+class Optimizer:
+    """Base class. ``params`` are deduplicated; a param whose ``requires_grad`` is None is switched
+    to True, and those with ``requires_grad=False`` are kept as ``buffers`` (realized with each
+    step but not updated). ``lr`` is a float32 (at least) Tensor so it can be changed mid-training
+    with ``opt.lr.assign(...)`` or by replacing it.
+    """
+    def __init__(self, params: list[Tensor], lr: float):
+        params = list(params)
+        for x in params:
+            if x.requires_grad is None: x.requires_grad = True
+        self.params: list[Tensor] = dedup([x for x in params if x.requires_grad])
+        if not self.params: raise ValueError("optimizer must have at least one param (with requires_grad not False)")
+        self.device = self.params[0].device
+        self.buffers: list[Tensor] = dedup([x for x in params if not x.requires_grad])
+        # the learning rate is stored in at least float32 so a large lr doesn't overflow a half default_float
+        lr_dtype = least_upper_dtype(dtypes.default_float, dtypes.float32)
+        self.lr = Tensor(lr if getenv("CONST_LR") else [lr], requires_grad=False, device=self.device, dtype=lr_dtype)
+
+    def _new_optim_param(self) -> list[Tensor]:
+        """A zero float32 (``OPTIM_DTYPE``) state tensor per param, in its own buffer."""
+        dtype = to_dtype(getenv("OPTIM_DTYPE", "float32"))
+        return [Tensor.zeros(*t.shape, dtype=dtype, device=t.device, requires_grad=False).contiguous().realize() for t in self.params]
+
+    def zero_grad(self) -> None:
+        """Forget the gradients (set ``.grad`` to None) of every param."""
+        for param in self.params: param.grad = None
+
+    def step(self) -> None:
+        """Compute and apply the update now: ``Tensor.realize(*self.schedule_step())``."""
+        Tensor.realize(*self.schedule_step())
+
+    def schedule_step(self) -> list[Tensor]:
+        """Assign the updated values (lazily) and return every tensor that must be realized."""
+        assert Tensor.training, (f"Tensor.training={Tensor.training}, Tensor.training must be enabled to use the optimizer.\n"
+                                 "  - help: Consider setting Tensor.training=True before calling Optimizer.step().")
+        for t in self.params:
+            if t.grad is None: raise RuntimeError(f"param of shape {t.shape} has no .grad; call backward() before step()")
+        updated, extra = self._step(self.params, [t.grad for t in self.params])
+        for t, new in zip(self.params, updated): t.assign(new if new.shape == t.shape else new.reshape(t.shape))
+        return extra + self.params + self.buffers
+
+    def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+        """The new value of each param, and the state tensors that must be realized with them."""
+        raise NotImplementedError
+
+class OptimizerGroup(Optimizer):
+    """Several optimizers stepped together (their updates realize in one schedule).
+
+    >>> from fusegrad import Tensor
+    >>> a, b = Tensor([1.0], requires_grad=True), Tensor([1.0], requires_grad=True)
+    >>> opt = OptimizerGroup(SGD([a], lr=0.1), Adam([b]))
+    >>> len(opt.params)
+    2
+    """
+    def __init__(self, *optimizers: Optimizer):  # pylint: disable=super-init-not-called
+        self.optimizers = optimizers
+        self.params, self.buffers = flatten([o.params for o in optimizers]), flatten([o.buffers for o in optimizers])
+    def __getitem__(self, i: int) -> Optimizer: return self.optimizers[i]
+    def zero_grad(self) -> None:
+        for o in self.optimizers: o.zero_grad()
+    def schedule_step(self) -> list[Tensor]: return [x for o in self.optimizers for x in o.schedule_step()]
+
+def _newton_schulz(x: Tensor, steps: int, params: tuple, eps: float = 1.0e-7) -> Tensor:
+    """Approximately orthogonalize a matrix (batch) with ``steps`` iterations of the odd polynomial
+    ``sum_i params[i] * (X X^T)^i X``, after scaling X to unit Frobenius norm."""
+    if x.ndim < 2: raise ValueError(f"Newton-Schulz needs at least a 2-d tensor, got shape {x.shape}")
+    if x.shape[-2] > x.shape[-1]: return _newton_schulz(x.transpose(-2, -1), steps, params, eps).transpose(-2, -1)
+    g = x / (x.square().sum(axis=(-2, -1), keepdim=True).sqrt() + eps)
+    for _ in range(steps):
+        gram = g @ g.transpose(-2, -1)
+        term, total = g, params[0] * g
+        for p in params[1:]:
+            term = gram @ term
+            total = total + p * term
+        g = total
+    return g
+
+class LARS(Optimizer):
+    """SGD with momentum and a layer-wise trust ratio ``tcoef * |w| / (|g| + wd * |w|)`` (used when
+    both norms are positive). ``classic`` momentum applies the learning rate before the momentum
+    buffer; otherwise (PyTorch style) after. With ``ns_steps`` the update is orthogonalized by
+    Newton-Schulz (that is Muon).
+
+    >>> from fusegrad import Tensor
+    >>> opt = LARS([Tensor([1.0, 2.0], requires_grad=True)], lr=0.1)
+    >>> len(opt.b)
+    1
+    """
+    def __init__(self, params: list[Tensor], lr: float = 0.001, momentum: float = 0.9, weight_decay: float = 1e-4, ns_steps: int = 0,
+                 ns_params: tuple | None = None, nesterov: bool = False, classic: bool = True, pre_wd: bool = True, tcoef: float = 0.001):
+        super().__init__(params, lr)
+        self.momentum, self.wd, self.ns_steps, self.ns_params = momentum, weight_decay, ns_steps, ns_params
+        self.nesterov, self.classic, self.pre_wd, self.tcoef = nesterov, classic, pre_wd, tcoef
+        self.b = self._new_optim_param() if self.momentum else []
+
+    def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+        ret = []
+        for i, (t, g) in enumerate(zip(params, grads)):
+            if self.tcoef != 0:
+                r1 = t.detach().square().sum().sqrt()
+                r2 = g.square().sum().sqrt()
+                r: Tensor | float = (r1 > 0).where((r2 > 0).where(self.tcoef * r1 / (r2 + self.wd * r1), 1.0), 1.0)
+            else: r = 1.0
+            if self.pre_wd and self.wd > 0: g = g + self.wd * t.detach()
+            # classic momentum applies the learning rate before the momentum buffer
+            if self.classic: g = g * r * self.lr
+            if self.momentum:
+                # the buffer is zero on the first step, so no special case is needed
+                self.b[i].assign(self.momentum * self.b[i] + g)
+                g = (g + self.momentum * self.b[i]) if self.nesterov else self.b[i]
+            if self.ns_steps: g = _newton_schulz(g.reshape(g.shape[0], -1), self.ns_steps, self.ns_params).reshape(g.shape)
+            # popular (PyTorch) momentum applies it after
+            if not self.classic: g = g * r * self.lr
+            tt = t.detach()
+            if not self.pre_wd and self.wd > 0: tt = tt * (1.0 - self.wd * self.lr)
+            ret.append((tt - g).cast(t.dtype))
+        return ret, self.b
+
+def SGD(params: list[Tensor], lr: float = 0.001, momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False,
+        classic: bool = False) -> LARS:
+    """Stochastic gradient descent (PyTorch's formulation unless ``classic``): LARS with trust
+    coefficient 0.
+
+    >>> from fusegrad import Tensor
+    >>> opt = SGD([Tensor([1.0], requires_grad=True)], lr=0.1, momentum=0.9, nesterov=True)
+    >>> opt.lr.item() > 0.09
+    True
+    """
+    return LARS(params, lr, momentum, weight_decay, nesterov=nesterov, classic=classic, pre_wd=True, tcoef=0.0)
+
+def Muon(params: list[Tensor], lr: float = 0.02, momentum: float = 0.95, weight_decay: float = 0.0, ns_steps: int = 5,
+         ns_coefficients: tuple = (3.4445, -4.775, 2.0315), nesterov: bool = True) -> LARS:
+    """SGD with momentum whose update is orthogonalized by ``ns_steps`` Newton-Schulz iterations
+    (each param is viewed as a (shape[0], -1) matrix), with decoupled weight decay applied to the
+    param as ``w * (1 - lr * wd)``.
+
+    >>> from fusegrad import Tensor
+    >>> opt = Muon([Tensor.ones(4, 4, requires_grad=True)])
+    >>> opt.ns_steps
+    5
+    """
+    return LARS(params, lr, momentum, weight_decay, ns_steps, ns_coefficients, nesterov, classic=False, pre_wd=False, tcoef=0.0)
+
+class LAMB(Optimizer):
+    """LAMB (Adam with a layer-wise trust ratio ``|w| / |update|``); with ``adam=True`` it is Adam
+    with decoupled weight decay (AdamW). The moments ``m`` and ``v`` are float32 whatever the param
+    dtype, and the running powers ``b1^t``, ``b2^t`` are tensors, so the whole step stays lazy.
+
+    >>> from fusegrad import Tensor
+    >>> opt = LAMB([Tensor([1.0, 2.0], requires_grad=True)])
+    >>> opt.m[0].dtype
+    dtypes.float
+    """
+    def __init__(self, params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
+                 weight_decay: float = 0.0, adam: bool = False):
+        super().__init__(params, lr)
+        self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
+        self.b1_t, self.b2_t = (Tensor.ones((1,), dtype=dtypes.float32, device=self.device, requires_grad=False).contiguous().realize()
+                                for _ in (b1, b2))
+        self.m = self._new_optim_param()
+        self.v = self._new_optim_param()
+
+    def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+        ret = []
+        self.b1_t.assign(self.b1_t * self.b1)
+        self.b2_t.assign(self.b2_t * self.b2)
+        for i, (t, g) in enumerate(zip(params, grads)):
+            g = _stored(g).cast(self.m[i].dtype)
+            self.m[i].assign(self.b1 * self.m[i] + (1.0 - self.b1) * g)
+            self.v[i].assign(self.b2 * self.v[i] + (1.0 - self.b2) * (g * g))
+            m_hat = self.m[i] / (1.0 - self.b1_t)
+            v_hat = self.v[i] / (1.0 - self.b2_t)
+            up = m_hat / (v_hat.sqrt() + self.eps) + self.wd * t.detach().cast(m_hat.dtype)
+            if not self.adam:
+                r1 = t.detach().cast(up.dtype).square().sum().sqrt()
+                r2 = up.square().sum().sqrt()
+                r: Tensor | float = (r1 > 0).where((r2 > 0).where(r1 / r2, 1.0), 1.0)
+            else: r = 1.0
+            ret.append((t.detach() - self.lr * r * up).cast(t.dtype))
+        return ret, [self.b1_t, self.b2_t] + self.m + self.v
+
+def Adam(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> LAMB:
+    """Adam: LAMB with ``adam=True`` and no weight decay.
+
+    >>> from fusegrad import Tensor
+    >>> Adam([Tensor([1.0], requires_grad=True)]).eps
+    1e-08
+    """
+    return LAMB(params, lr, b1, b2, eps, 0.0, adam=True)
+
+def AdamW(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.01) -> LAMB:
+    """AdamW: Adam with decoupled weight decay (``w -= lr * wd * w`` alongside the Adam step).
+
+    >>> from fusegrad import Tensor
+    >>> AdamW([Tensor([1.0], requires_grad=True)]).wd
+    0.01
+    """
+    return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True)
