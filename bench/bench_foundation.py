@@ -288,16 +288,32 @@ def main() -> None:
   print(f"  cpus {os.cpu_count()}, {platform.machine()}, fusegrad device {Device.DEFAULT} ({Device[Device.DEFAULT].compiler.__class__.__name__}, "
         f"kernels single-threaded), fusegrad at {os.path.dirname(fusegrad.__file__)}")
   print(f"  size {n:,} float32, median of {ARGS.reps} reps after {ARGS.warmup} warm-up")
+  if hasattr(os, "getloadavg"):
+    load = os.getloadavg()[0]
+    print(f"  load average (1 min) at start: {load:.2f}" + (" -- other processes compete for the CPUs, expect noisy numbers"
+                                                            if load > 0.5 * (os.cpu_count() or 1) else ""))
   if {"elementwise", "reduce"} & set(ARGS.only):
     rng = np.random.default_rng(1)
     an, bn, cn = (rng.random(n, dtype=np.float32) for _ in range(3))
     a, b, c = (Tensor(arr).realize() for arr in (an, bn, cn))
     ta, tb, tc = (torch.from_numpy(arr) for arr in (an, bn, cn)) if torch is not None else (None, None, None)
-    if "elementwise" in ARGS.only: bench_elementwise(an, bn, cn, a, b, c, ta, tb, tc)
-    if "reduce" in ARGS.only: bench_reduce(an, a, ta)
+    if "elementwise" in ARGS.only: run_section("elementwise", bench_elementwise, an, bn, cn, a, b, c, ta, tb, tc)
+    if "reduce" in ARGS.only: run_section("reduce", bench_reduce, an, a, ta)
     del a, b, c
-  if "compile" in ARGS.only: bench_compile()
-  print(f"\ntotal bench time {time.perf_counter() - start:.1f} s")
+  if "compile" in ARGS.only: run_section("compile", bench_compile)
+  print(f"\ntotal bench time {time.perf_counter() - start:.1f} s" + (f"; FAILED sections: {', '.join(FAILED)}" if FAILED else ""))
+  if FAILED: sys.exit(1)
+
+FAILED: list[str] = []
+
+def run_section(name: str, fn, *args) -> None:
+  """Run one section; if fusegrad raises, print the error and go on with the next section."""
+  try: fn(*args)
+  except Exception as e:  # a broken op should not hide the other sections' numbers
+    import traceback
+    FAILED.append(name)
+    print(f"\n== section {name!r} FAILED: {type(e).__name__}: {e}")
+    print("".join(traceback.format_exception(e)[-3:]).rstrip())
 
 if __name__ == "__main__":
   main()

@@ -26,23 +26,49 @@ def ranges_in(u: UOp) -> list[UOp]:
 def lower_reduces(sink: UOp) -> UOp:
     """Replace every REDUCE(value, *ranges) by an accumulator in a DEFINE_REG.
 
-    The accumulator's init is placed with the loops *enclosing* the reduce (the parents of its
-    ranges, carried as the RANGE's extra sources), the update inside the reduce ranges, and the
-    final read after an END that closes them."""
+    The init is placed in the loops *enclosing* the reduce (its ranges' parents), the update
+    inside the reduce ranges, and the final read after an END that closes them. When the value
+    also depends on UPCAST ranges (register tiles, partial-sum lanes), the accumulator is an
+    array with one slot per upcast element: init and update loop over their own copies of those
+    ranges (the update's copies nest *inside* the reduce loops, so the tile stays in registers),
+    and the final read uses the original ranges."""
+    from fusegrad.codegen.opt import free_ranges
     reduces = [x for x in sink.toposort if x.op is Ops.REDUCE]
     if not reduces: return sink
+    next_id = 1 + max(x.arg[0] for x in sink.toposort if x.op is Ops.RANGE)
     mapping: dict[UOp, UOp] = {}
     for reg_number, red in enumerate(reduces):
-        value, *reduce_ranges = red.src
+        value, *own = red.src
         value = value.substitute(mapping) if mapping else value
-        outer = tuple(dict.fromkeys(p for r in reduce_ranges for p in r.src[1:] if p not in reduce_ranges))
-        acc = UOp(Ops.DEFINE_REG, red.dtype.ptr(1), (), reg_number)
-        slot = acc.index(UOp.const(dtypes.index, 0))
-        init = UOp(Ops.STORE, dtypes.void, (slot, UOp.const(red.dtype, identity_value(red.arg, red.dtype))) + outer)
-        running = UOp(Ops.LOAD, red.dtype, (slot, init) + tuple(reduce_ranges))
-        update = UOp(Ops.STORE, dtypes.void, (slot, UOp(red.arg, red.dtype, (running, value))) + tuple(reduce_ranges))
-        end = UOp(Ops.END, dtypes.void, (update,) + tuple(reduce_ranges))
-        mapping[red] = UOp(Ops.LOAD, red.dtype, (slot, end))
+        own = list(own)
+        outer = tuple(p for p in own[0].src[1:] if p not in own)
+        upcasts = sorted([r for r in free_ranges(value) if r.arg[1] is AxisType.UPCAST and r not in own], key=lambda r: r.arg[0])
+        def copies(parents: tuple) -> list[UOp]:
+            nonlocal next_id
+            made: list[UOp] = []
+            for r in upcasts:
+                made.append(UOp(Ops.RANGE, r.dtype, (r.src[0],) + parents + tuple(made), (next_id, AxisType.UPCAST)))
+                next_id += 1
+            return made
+        def slot_index(ranges: list[UOp]) -> UOp:
+            index, stride = UOp.const(dtypes.index, 0), 1
+            for r in reversed(ranges):
+                index = index + r * stride
+                stride *= r.src[0].arg
+            return index
+        size = prod(r.src[0].arg for r in upcasts)
+        acc = UOp(Ops.DEFINE_REG, red.dtype.ptr(size), (), reg_number)
+        init_ranges = copies(outer)
+        init = UOp(Ops.STORE, dtypes.void, (acc.index(slot_index(init_ranges)), UOp.const(red.dtype, identity_value(red.arg, red.dtype))) + outer)
+        update_ranges = copies(outer + tuple(own))
+        update_value = value.substitute(dict(zip(upcasts, update_ranges))) if upcasts else value
+        update_slot = acc.index(slot_index(update_ranges))
+        # the update waits for the whole init, so it depends on an END closing the init's loops
+        init_done = UOp(Ops.END, dtypes.void, (init,) + tuple(init_ranges)) if init_ranges else init
+        running = UOp(Ops.LOAD, red.dtype, (update_slot, init_done) + tuple(own))
+        update = UOp(Ops.STORE, dtypes.void, (update_slot, UOp(red.arg, red.dtype, (running, update_value))) + tuple(own))
+        end = UOp(Ops.END, dtypes.void, (update,) + tuple(own) + tuple(update_ranges))
+        mapping[red] = UOp(Ops.LOAD, red.dtype, (acc.index(slot_index(upcasts)), end))
     return sink.substitute(mapping)
 
 # ---------------------------------------------------------------- launch dimensions

@@ -19,12 +19,50 @@ from __future__ import annotations
 from fusegrad.tensor import Tensor
 from fusegrad.dtype import dtypes, least_upper_dtype, to_dtype
 from fusegrad.helpers import dedup, flatten, getenv
-from fusegrad.uop.ops import Ops
+from fusegrad.uop.ops import UOp, Ops, GroupOp
+
+def _check_training() -> None:
+    assert Tensor.training, (f"Tensor.training={Tensor.training}, Tensor.training must be enabled to use the optimizer.\n"
+                             "  - help: Consider setting Tensor.training=True before calling Optimizer.step().")
+
+def _written_buffers(params: list[Tensor]) -> set[UOp]:
+    return {t.uop.base for t in params if t.uop.base.op is Ops.BUFFER}
+
+# ops that read their sources at the same element index as they write
+_SAME_INDEX = GroupOp.Elementwise | {Ops.RESHAPE, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD}
+
+class _HazardCheck:
+    """Does a lazy gradient read a param buffer that this step overwrites, other than its own param
+    read at the same element (which the fused update kernel can do safely)? Such a gradient is
+    computed into its own buffer before any param is assigned, so every read sees the old values.
+    (The scheduler does not yet order such reads before the assigns by itself.)"""
+    def __init__(self, written: set[UOp]):
+        self.written = written
+        self.same_index: dict[UOp, frozenset] = {}   # written buffers reached through same-index ops only
+        self.other: dict[UOp, frozenset] = {}        # written buffers reached through any other path
+    def _visit(self, root: UOp) -> None:
+        if root in self.same_index: return
+        for x in root.toposort:
+            if x in self.same_index: continue
+            if x.op is Ops.BUFFER:
+                self.same_index[x], self.other[x] = (frozenset({x}) if x in self.written else frozenset()), frozenset()
+            elif x.op in _SAME_INDEX:
+                self.same_index[x] = frozenset().union(*(self.same_index[s] for s in x.src))
+                self.other[x] = frozenset().union(*(self.other[s] for s in x.src))
+            else:
+                self.same_index[x] = frozenset()
+                self.other[x] = frozenset().union(*(self.same_index[s] | self.other[s] for s in x.src))
+    def __call__(self, grad: Tensor, param: Tensor) -> bool:
+        if grad.uop.base.op is Ops.BUFFER: return False    # already computed
+        self._visit(grad.uop)
+        own = param.uop.base
+        reads = self.same_index[grad.uop] | self.other[grad.uop]
+        return bool(reads - {own}) or own in self.other[grad.uop]
 
 def _stored(t: Tensor) -> Tensor:
     """``t`` computed once into its own buffer when it is used by several state updates (the
     scheduler would otherwise recompute an unrealized gradient, a reduce, in each of them)."""
-    return t if t.uop.base.op is Ops.BUFFER else t.contiguous()
+    return t if t.uop.base.op is Ops.BUFFER or t.uop.op is Ops.CONTIGUOUS else t.contiguous()
 
 class Optimizer:
     """Base class. ``params`` are deduplicated; a param whose ``requires_grad`` is None is switched
@@ -59,13 +97,25 @@ class Optimizer:
 
     def schedule_step(self) -> list[Tensor]:
         """Assign the updated values (lazily) and return every tensor that must be realized."""
-        assert Tensor.training, (f"Tensor.training={Tensor.training}, Tensor.training must be enabled to use the optimizer.\n"
-                                 "  - help: Consider setting Tensor.training=True before calling Optimizer.step().")
+        _check_training()
+        first, rest = self._schedule_step(_written_buffers(self.params))
+        return first + rest
+
+    def _schedule_step(self, written: set[UOp]) -> tuple[list[Tensor], list[Tensor]]:
+        """(gradients that must be computed before any param is overwritten, everything else)."""
         for t in self.params:
             if t.grad is None: raise RuntimeError(f"param of shape {t.shape} has no .grad; call backward() before step()")
-        updated, extra = self._step(self.params, [t.grad for t in self.params])
+        grads, first = [], []
+        hazards = _HazardCheck(written)
+        for t in self.params:
+            g = t.grad
+            if hazards(g, t):
+                g = g.contiguous()
+                first.append(g)
+            grads.append(g)
+        updated, extra = self._step(self.params, grads)
         for t, new in zip(self.params, updated): t.assign(new if new.shape == t.shape else new.reshape(t.shape))
-        return extra + self.params + self.buffers
+        return first, extra + self.params + self.buffers
 
     def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
         """The new value of each param, and the state tensors that must be realized with them."""
@@ -86,7 +136,11 @@ class OptimizerGroup(Optimizer):
     def __getitem__(self, i: int) -> Optimizer: return self.optimizers[i]
     def zero_grad(self) -> None:
         for o in self.optimizers: o.zero_grad()
-    def schedule_step(self) -> list[Tensor]: return [x for o in self.optimizers for x in o.schedule_step()]
+    def schedule_step(self) -> list[Tensor]:
+        _check_training()
+        written = _written_buffers(self.params)
+        parts = [o._schedule_step(written) for o in self.optimizers]
+        return [x for first, _ in parts for x in first] + [x for _, rest in parts for x in rest]
 
 def _newton_schulz(x: Tensor, steps: int, params: tuple, eps: float = 1.0e-7) -> Tensor:
     """Approximately orthogonalize a matrix (batch) with ``steps`` iterations of the odd polynomial
@@ -124,6 +178,8 @@ class LARS(Optimizer):
     def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
         ret = []
         for i, (t, g) in enumerate(zip(params, grads)):
+            # the gradient is read twice with a trust ratio or nesterov momentum: compute it once
+            if self.tcoef != 0 or (self.momentum and self.nesterov): g = _stored(g)
             if self.tcoef != 0:
                 r1 = t.detach().square().sum().sqrt()
                 r2 = g.square().sum().sqrt()

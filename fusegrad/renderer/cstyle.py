@@ -8,7 +8,7 @@ from __future__ import annotations
 import math, struct
 from collections import Counter
 from fusegrad.dtype import DType, PtrDType, dtypes
-from fusegrad.uop.ops import UOp, Ops, GroupOp
+from fusegrad.uop.ops import UOp, Ops, GroupOp, AxisType
 from fusegrad.renderer import Renderer
 
 class CStyleLanguage(Renderer):
@@ -133,6 +133,9 @@ class CStyleLanguage(Renderer):
             elif op is Ops.RANGE:
                 var = f"ridx{u.arg[0]}"
                 expr[u] = var
+                if u.arg[1] is AxisType.THREAD:
+                    registers = [expr[x] for x in uops if x.op is Ops.DEFINE_REG and x in expr]
+                    emit(f"#pragma omp parallel for schedule(static){' private(' + ', '.join(registers) + ')' if registers else ''}")
                 emit(f"for ({self.render_dtype(u.dtype)} {var} = 0; {var} < {expr[u.src[0]]}; {var}++) {{")
                 depth += 1
             elif op is Ops.END:
@@ -176,6 +179,9 @@ def _strip(text: str) -> str:
     return text
 
 class ClangRenderer(CStyleLanguage):
-    """C for the CPU device, compiled by the system C compiler."""
+    """C for the CPU device, compiled by the system C compiler. THREAD ranges become OpenMP
+    parallel loops (each thread gets private accumulators)."""
     device = "CPU"
     has_local = False
+    def __init__(self, has_threads: bool = False): self.has_threads = has_threads
+    def __reduce__(self): return self.__class__, (self.has_threads,)

@@ -11,11 +11,13 @@ def _compiler_command() -> list[str]:
 
 class ClangCompiler(Compiler):
     """``cc -shared -O2 -march=native``: C source in, shared-library bytes out."""
-    flags = ["-shared", "-O2", "-fPIC", "-march=native", "-fno-math-errno", "-ffp-contract=fast", "-Wno-unused", "-x", "c", "-"]
+    base_flags = ["-shared", "-O3", "-fPIC", "-march=native", "-fno-math-errno", "-ffp-contract=fast", "-Wno-unused"]
     def __init__(self) -> None:
         try: version = subprocess.run(_compiler_command() + ["--version"], capture_output=True, text=True, check=True).stdout.split("\n")[0]
         except (OSError, subprocess.CalledProcessError) as e:
             raise RuntimeError(f"the CPU device needs a C compiler ({_compiler_command()[0]}); install gcc or clang, or set CC: {e}")
+        self.has_openmp = _supports_openmp()
+        self.flags = self.base_flags + (["-fopenmp"] if self.has_openmp else []) + ["-x", "c", "-"]
         super().__init__(f"cpu_{version}_{' '.join(self.flags)}_{platform.machine()}")
     def compile(self, src: str) -> bytes:
         with tempfile.TemporaryDirectory() as tmp:
@@ -24,6 +26,14 @@ class ClangCompiler(Compiler):
             if result.returncode != 0:
                 raise CompileError(f"C compiler failed:\n{result.stderr.decode()}\n--- source ---\n{src}")
             return out.read_bytes()
+
+def _supports_openmp() -> bool:
+    """Can the compiler build and link an OpenMP shared library? (THREAD opts need it.)"""
+    src = b"#include <omp.h>\nint f(void) { return omp_get_max_threads(); }\n"
+    with tempfile.TemporaryDirectory() as tmp:
+        result = subprocess.run(_compiler_command() + ["-shared", "-fPIC", "-fopenmp", "-x", "c", "-", "-o", f"{tmp}/t.so"],
+                                input=src, capture_output=True)
+        return result.returncode == 0
 
 class CPUProgram:
     """A kernel in a shared library. Called with buffer pointers, then int arguments."""
@@ -45,7 +55,8 @@ class CPUProgram:
 
 class CPUDevice(Compiled):
     def __init__(self, device: str):
-        super().__init__(device, MallocAllocator(), ClangRenderer(), ClangCompiler(), CPUProgram, CPUGraph)
+        compiler = ClangCompiler()
+        super().__init__(device, MallocAllocator(), ClangRenderer(has_threads=compiler.has_openmp), compiler, CPUProgram, CPUGraph)
 
 class CPUGraph:
     """Runs a JIT capture in one native call: a generated C function calls every kernel in order

@@ -1,0 +1,787 @@
+"""Checkpoints: safetensors, PyTorch .pt/.pth (zip and legacy formats), GGUF, tar and zip archives, and the
+state-dict helpers that map a model's tensors to dotted names.
+
+Loaders take a path (the file is memory-mapped through the DISK device, so nothing is read until a tensor is
+used) or a 1-d uint8 ``Tensor`` holding the file. Tensors stored contiguously come back as DISK tensors over
+their bytes; ``.to(device)``, ``.numpy()`` and ``load_state_dict`` copy just those bytes.
+
+Every file is untrusted: headers are checked against the file size before anything is mapped, and the pickle
+inside a torch checkpoint is read by an unpickler that only knows the tensor-rebuild functions (a pickle that
+tries to call anything else is refused, never run).
+
+>>> import os, tempfile
+>>> from fusegrad import Tensor
+>>> path = os.path.join(tempfile.mkdtemp(), "m.safetensors")
+>>> safe_save({"w": Tensor([[1.0, 2.0]])}, path)
+>>> safe_load(path)["w"].to("CPU").tolist()
+[[1.0, 2.0]]
+"""
+from __future__ import annotations
+import collections, io, json, math, os, pathlib, pickle, struct, sys, tarfile, time, warnings, zipfile
+from typing import Any, Callable
+from fusegrad.tensor import Tensor
+from fusegrad.dtype import DType, dtypes, to_np_dtype
+from fusegrad.device import Device
+from fusegrad.helpers import prod, DEBUG, GlobalCounters
+from fusegrad.runtime.ops_disk import is_disk, disk_view, disk_buffer, disk_byte_range
+
+__all__ = ["safe_load", "safe_save", "safe_load_metadata", "get_state_dict", "get_parameters", "load_state_dict",
+           "torch_load", "tar_extract", "zip_extract", "gguf_load", "TensorIO", "safe_dtypes", "inverse_safe_dtypes"]
+
+# ---------------------------------------------------------------- reading bytes of a file or a uint8 tensor
+
+def _check_byte_tensor(t: Tensor) -> Tensor:
+    if not isinstance(t, Tensor): raise TypeError(f"expected a path or a 1-d uint8 Tensor, got {type(t).__name__}")
+    if t.ndim != 1 or t.dtype != dtypes.uint8: raise ValueError(f"Tensor must be 1d and of dtype uint8! (got shape {t.shape}, {t.dtype})")
+    return t
+
+def _file_tensor(fn: Any) -> Tensor:
+    """The whole file as a 1-d uint8 DISK tensor (memory-mapped, nothing read yet)."""
+    path = os.path.abspath(os.fspath(fn))
+    if not os.path.isfile(path): raise FileNotFoundError(f"no such file: {fn}")
+    size = os.path.getsize(path)
+    if size == 0: raise ValueError(f"{fn} is empty")
+    return Tensor.empty(size, dtype=dtypes.uint8, device=f"disk:{path}")
+
+def _as_byte_tensor(fn: Any) -> Tensor:
+    return _check_byte_tensor(fn) if isinstance(fn, Tensor) else _file_tensor(fn)
+
+class _Source:
+    """Bounds-checked access to the bytes of a 1-d uint8 tensor: ``read`` returns bytes, ``tensor`` a tensor
+    over a byte range (a zero-copy DISK view for DISK tensors, a fresh tensor on the same device otherwise)."""
+    def __init__(self, t: Tensor, what: str = "file"):
+        self.t, self.what = _check_byte_tensor(t), what
+        self.nbytes = t.shape[0]
+        if is_disk(t.device):
+            self._buf = disk_buffer(t) if self.nbytes else None
+            self._np = None
+        else:
+            self._buf, self._np = None, t.numpy()
+    def check(self, offset: int, nbytes: int, name: str = "data") -> None:
+        if not (isinstance(offset, int) and isinstance(nbytes, int)) or offset < 0 or nbytes < 0 or offset + nbytes > self.nbytes:
+            raise ValueError(f"corrupt or truncated {self.what}: {name} needs bytes [{offset}, {offset + nbytes}) "
+                             f"but the {self.what} has {self.nbytes} bytes")
+    def read(self, offset: int, nbytes: int, name: str = "data") -> bytes:
+        self.check(offset, nbytes, name)
+        if self._np is not None: return self._np[offset:offset + nbytes].tobytes()
+        if nbytes == 0: return b""
+        return bytes(self._buf.as_buffer(allow_zero_copy=True)[offset:offset + nbytes])
+    def readinto(self, offset: int, out: memoryview) -> int:
+        n = max(0, min(len(out), self.nbytes - offset))
+        if n == 0: return 0
+        if self._np is not None: out[:n] = self._np[offset:offset + n].tobytes()
+        else: out[:n] = self._buf.as_buffer(allow_zero_copy=True)[offset:offset + n]
+        return n
+    def tensor(self, offset: int, nbytes: int, dtype: DType, shape: tuple, name: str = "tensor") -> Tensor:
+        self.check(offset, nbytes, name)
+        shape = tuple(shape)
+        if prod(shape) * dtype.itemsize != nbytes:
+            raise ValueError(f"corrupt {self.what}: {name} has {nbytes} bytes, but shape {shape} of {dtype} needs {prod(shape) * dtype.itemsize}")
+        if is_disk(self.t.device): return disk_view(self.t, offset, nbytes, dtype, shape)
+        import numpy as np
+        raw = self._np[offset:offset + nbytes]
+        if dtype.fmt is not None: return Tensor(raw.view(to_np_dtype(dtype)).reshape(shape), device=self.t.device, dtype=dtype)
+        carrier = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[dtype.itemsize]
+        return Tensor(raw.view(to_np_dtype(carrier)).reshape(shape), device=self.t.device, dtype=carrier).bitcast(dtype)
+
+class TensorIO(io.RawIOBase):
+    """A read-only, seekable file over a 1-d uint8 tensor: ``zipfile.ZipFile(TensorIO(t))`` works."""
+    def __init__(self, t: Tensor):
+        _check_byte_tensor(t)
+        self._tensor, self._position, self._src, self._src_uop = t, 0, None, None
+    def _source(self) -> _Source:
+        if self._src is None or self._src_uop is not self._tensor.uop:
+            self._src, self._src_uop = _Source(self._tensor, "tensor"), self._tensor.uop
+        return self._src
+    def readable(self) -> bool: return True
+    def seekable(self) -> bool: return True
+    def writable(self) -> bool: return False
+    def readinto(self, buffer: Any) -> int:
+        if self.closed: raise ValueError("I/O operation on closed TensorIO")
+        out = memoryview(buffer).cast("B")
+        n = self._source().readinto(self._position, out)
+        self._position += n
+        return n
+    def read(self, size: int = -1) -> bytes:
+        if (buf := super().read(size)) is None: raise ValueError("io.RawIOBase.read returned None")
+        return buf
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if self.closed: raise ValueError("I/O operation on closed TensorIO")
+        if whence not in (io.SEEK_SET, io.SEEK_CUR, io.SEEK_END): raise ValueError(f"invalid whence {whence}")
+        size = self._tensor.shape[0]
+        self._position = min(size, max(0, [offset, self._position + offset, size + offset][whence]))
+        return self._position
+    def tell(self) -> int: return self._position
+    def write(self, s: Any) -> int: raise io.UnsupportedOperation("TensorIO.write not supported")
+    def writelines(self, lines: Any) -> None: raise io.UnsupportedOperation("TensorIO.writelines not supported")
+
+def _raw_bytes(t: Tensor) -> bytes:
+    """The bytes of a tensor in row-major order (bfloat16 and fp8 as their raw bits)."""
+    if isinstance(t.device, str) and is_disk(t.device): t = disk_view(t).to(Device.DEFAULT)
+    t = t.detach()
+    if t.dtype.fmt is not None: return t.numpy().tobytes()
+    carrier = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[t.dtype.itemsize]
+    return t.contiguous().bitcast(carrier).numpy().tobytes()
+
+def _write_file(path: Any, parts: list[tuple[int, bytes]], total: int) -> None:
+    """Write ``parts`` (offset, bytes) into a new file of ``total`` bytes through the DISK device."""
+    path = os.path.abspath(os.fspath(path))
+    pathlib.Path(path).unlink(missing_ok=True)   # old mappings of the file keep the old bytes
+    out = Tensor.empty(total, dtype=dtypes.uint8, device=f"disk:{path}")
+    buf = disk_buffer(out)
+    for offset, data in parts:
+        if data: buf.view(len(data), dtypes.uint8, offset).copyin(memoryview(data))
+    del buf, out
+
+# ---------------------------------------------------------------- safetensors
+
+safe_dtypes: dict[str, DType] = {"BOOL": dtypes.bool, "I8": dtypes.int8, "U8": dtypes.uint8, "I16": dtypes.int16, "U16": dtypes.uint16,
+                                 "I32": dtypes.int32, "U32": dtypes.uint32, "I64": dtypes.int64, "U64": dtypes.uint64,
+                                 "F16": dtypes.float16, "BF16": dtypes.bfloat16, "F32": dtypes.float32, "F64": dtypes.float64,
+                                 "F8_E4M3": dtypes.fp8e4m3, "F8_E5M2": dtypes.fp8e5m2}
+inverse_safe_dtypes: dict[DType, str] = {v: k for k, v in safe_dtypes.items()}
+SAFETENSORS_MAX_HEADER = 100_000_000
+
+def safe_load_metadata(fn: Tensor | str | os.PathLike) -> tuple[Tensor, int, dict[str, Any]]:
+    """``(t, json_len, header)``: the file as a uint8 tensor, the header length and the parsed JSON header
+    (``header["__metadata__"]`` holds the user metadata). The header is checked against the file size."""
+    t = _as_byte_tensor(fn)
+    src = _Source(t, "safetensors file")
+    if src.nbytes < 8: raise ValueError(f"not a safetensors file: {src.nbytes} bytes is too short for the 8-byte header length")
+    json_len = struct.unpack("<Q", src.read(0, 8))[0]
+    if json_len > src.nbytes - 8 or json_len > SAFETENSORS_MAX_HEADER:
+        raise ValueError(f"corrupt safetensors file: the header claims {json_len} bytes but only {src.nbytes - 8} follow the length")
+    try: header = json.loads(src.read(8, json_len).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e: raise ValueError(f"corrupt safetensors header: not valid UTF-8 JSON ({e})") from None
+    if not isinstance(header, dict): raise ValueError(f"corrupt safetensors header: expected a JSON object, got {type(header).__name__}")
+    if "__metadata__" in header and not isinstance(header["__metadata__"], dict):
+        raise ValueError("corrupt safetensors header: __metadata__ must be an object")
+    return t, json_len, header
+
+def safe_load(fn: Tensor | str | os.PathLike) -> dict[str, Tensor]:
+    """Load a .safetensors file: name → tensor (DISK tensors over the file when loading from a path)."""
+    t, json_len, header = safe_load_metadata(fn)
+    src = _Source(t, "safetensors file")
+    data_start, data_len = 8 + json_len, src.nbytes - 8 - json_len
+    ret: dict[str, Tensor] = {}
+    for name, info in header.items():
+        if name == "__metadata__": continue
+        if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= info.keys():
+            raise ValueError(f"corrupt safetensors header: entry {name!r} needs dtype, shape and data_offsets, got {info!r:.200}")
+        if info["dtype"] not in safe_dtypes: raise ValueError(f"safetensors entry {name!r}: unknown dtype {info['dtype']!r}")
+        dtype, shape, offsets = safe_dtypes[info["dtype"]], info["shape"], info["data_offsets"]
+        if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+            raise ValueError(f"corrupt safetensors header: entry {name!r} has invalid shape {shape!r}")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)):
+            raise ValueError(f"corrupt safetensors header: entry {name!r} has invalid data_offsets {offsets!r}")
+        begin, end = offsets
+        if not 0 <= begin <= end <= data_len:
+            raise ValueError(f"corrupt or truncated safetensors file: entry {name!r} data_offsets [{begin}, {end}) are outside the "
+                             f"{data_len} data bytes")
+        if end - begin != prod(shape) * dtype.itemsize:
+            raise ValueError(f"corrupt safetensors header: entry {name!r} has {end - begin} bytes but shape {shape} of "
+                             f"{info['dtype']} needs {prod(shape) * dtype.itemsize}")
+        ret[name] = src.tensor(data_start + begin, end - begin, dtype, tuple(shape), name)
+    return ret
+
+def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike, metadata: dict[str, Any] | None = None) -> None:
+    """Write ``tensors`` (name → tensor) as a .safetensors file, with optional ``metadata`` (str → str)."""
+    headers: dict[str, Any] = {}
+    if metadata: headers["__metadata__"] = metadata
+    offset, blobs = 0, []
+    for k, v in tensors.items():
+        if not isinstance(k, str) or k == "__metadata__": raise ValueError(f"invalid tensor name {k!r}")
+        if not isinstance(v, Tensor): raise TypeError(f"safe_save: {k!r} is a {type(v).__name__}, not a Tensor")
+        if v.dtype not in inverse_safe_dtypes: raise ValueError(f"safe_save: {k!r} has dtype {v.dtype}, which safetensors can't store")
+        data = _raw_bytes(v)
+        headers[k] = {"dtype": inverse_safe_dtypes[v.dtype], "shape": list(v.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append((offset, data))
+        offset += len(data)
+    j = json.dumps(headers, separators=(",", ":"))
+    j += "\x20" * ((8 - len(j) % 8) % 8)
+    jb = j.encode("utf-8")
+    start = 8 + len(jb)
+    _write_file(fn, [(0, struct.pack("<Q", len(jb)) + jb)] + [(start + o, d) for o, d in blobs], start + offset)
+
+# ---------------------------------------------------------------- state dicts
+
+def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> dict[str, Tensor]:
+    """Every tensor reachable from ``obj`` through attributes, lists, tuples and dicts, by dotted name:
+    ``{"l1.weight": ..., "layers.0.bias": ...}``."""
+    return _state_dict(obj, prefix, tensor_type, set())
+
+def _state_dict(obj: Any, prefix: str, tensor_type: type, active: set[int]) -> dict[str, Tensor]:
+    if isinstance(obj, tensor_type): return {prefix.strip("."): obj}
+    if id(obj) in active: return {}   # a reference cycle (e.g. a child pointing at its parent)
+    active.add(id(obj))
+    try:
+        if hasattr(obj, "_asdict"): return _state_dict(obj._asdict(), prefix, tensor_type, active)   # namedtuple
+        if isinstance(obj, collections.OrderedDict): return _state_dict(dict(obj), prefix, tensor_type, active)
+        if hasattr(obj, "__dict__"): return _state_dict(obj.__dict__, prefix, tensor_type, active)
+        state_dict: dict[str, Tensor] = {}
+        if isinstance(obj, (list, tuple)):
+            for i, x in enumerate(obj): state_dict.update(_state_dict(x, f"{prefix}{i}.", tensor_type, active))
+        elif isinstance(obj, dict):
+            for k, v in obj.items(): state_dict.update(_state_dict(v, f"{prefix}{k}.", tensor_type, active))
+        return state_dict
+    finally: active.discard(id(obj))
+
+def get_parameters(obj: Any) -> list[Tensor]:
+    """The tensors of ``get_state_dict(obj)``, in order."""
+    return list(get_state_dict(obj).values())
+
+def load_state_dict(model: Any, state_dict: dict[str, Tensor] | str | os.PathLike, strict: bool = True, verbose: bool = True,
+                    consume: bool = False, realize: bool = True) -> list[Tensor]:
+    """Put the tensors of ``state_dict`` into ``model``'s tensors (matched by ``get_state_dict`` names), copying
+    them to each target's device. Shapes and dtypes must match (an error names the key). A key the model has but
+    ``state_dict`` lacks is a KeyError when ``strict`` (a warning otherwise); keys nobody uses give a warning.
+    ``consume`` deletes loaded entries from ``state_dict``. Returns the loaded tensors."""
+    if isinstance(state_dict, (str, os.PathLike)): state_dict = safe_load(state_dict)
+    start, start_mem = time.perf_counter(), GlobalCounters.mem_used
+    model_state_dict = get_state_dict(model)
+    if (unused := sorted(state_dict.keys() - model_state_dict.keys())):
+        warnings.warn(f"load_state_dict: unused weights in state_dict: {unused}", stacklevel=2)
+    missing = [k for k in model_state_dict if k not in state_dict]
+    if missing and strict: raise KeyError(f"load_state_dict: the state dict has no value for {missing} (strict=True)")
+    if missing: warnings.warn(f"load_state_dict: not loading {missing}: not in the state dict", stacklevel=2)
+    ret = []
+    for k, v in model_state_dict.items():
+        if k not in state_dict: continue
+        src = state_dict[k]
+        if not isinstance(src, Tensor): raise TypeError(f"load_state_dict: {k!r} is a {type(src).__name__}, not a Tensor")
+        if v.shape != src.shape:
+            raise ValueError(f"Shape mismatch in layer `{k}`: Expected shape {v.shape}, but found {src.shape} in state dict.")
+        if v.dtype != src.dtype:
+            raise ValueError(f"dtype mismatch in layer `{k}`: Expected {v.dtype}, but found {src.dtype} in state dict.")
+        if isinstance(v.device, tuple): raise NotImplementedError(f"load_state_dict into multi-device tensor {k!r} isn't supported yet")
+        if is_disk(src.device): src = disk_view(src)   # a plain sub-buffer, so the copy needs no kernel on DISK
+        v.uop = src.to(v.device).uop   # Tensor.replace: the model tensor now holds the loaded value
+        if realize: v.realize()
+        if consume: del state_dict[k]
+        ret.append(v)
+    if verbose:
+        dt = time.perf_counter() - start
+        loaded = GlobalCounters.mem_used - start_mem
+        print(f"loaded weights in {dt * 1e3:7.2f} ms, {loaded / 1e9:.2f} GB loaded at {loaded / max(dt, 1e-9) / 1e9:.2f} GB/s")
+    return ret
+
+# ---------------------------------------------------------------- tar and zip archives
+
+def _tar_members(t: Tensor) -> list[tuple[str, int, int]]:
+    """(name, data offset, size) of every regular file in a tar archive held by ``t``."""
+    try:
+        with tarfile.open(fileobj=TensorIO(t), mode="r:") as tar:
+            return [(m.name, m.offset_data, m.size) for m in tar if m.isreg()]
+    except tarfile.TarError as e: raise ValueError(f"corrupt tar file: {e}") from None
+
+def tar_extract(fn: Tensor | str | os.PathLike) -> dict[str, Tensor]:
+    """The regular files of an (uncompressed) tar archive: name → uint8 tensor over their bytes."""
+    t = _as_byte_tensor(fn)
+    src = _Source(t, "tar file")
+    return {name: src.tensor(offset, size, dtypes.uint8, (size,), name) for name, offset, size in _tar_members(t)}
+
+def _zip_data_offset(src: _Source, zi: zipfile.ZipInfo) -> int:
+    """Where the bytes of a zip member start: after its local header (whose extra field length may differ
+    from the central directory's)."""
+    header = src.read(zi.header_offset, 30, f"local header of {zi.filename}")
+    if header[:4] != b"PK\x03\x04": raise ValueError(f"corrupt zip file: bad local header signature for {zi.filename}")
+    name_len, extra_len = struct.unpack("<HH", header[26:30])
+    return zi.header_offset + 30 + name_len + extra_len
+
+def _zip_members(t: Tensor) -> tuple[_Source, zipfile.ZipFile, list[zipfile.ZipInfo]]:
+    src = _Source(t, "zip file")
+    try: zf = zipfile.ZipFile(TensorIO(t), "r")
+    except (zipfile.BadZipFile, OSError, ValueError) as e: raise ValueError(f"corrupt zip file: {e}") from None
+    return src, zf, zf.infolist()
+
+def _zip_member_tensor(src: _Source, zf: zipfile.ZipFile, zi: zipfile.ZipInfo) -> Tensor:
+    if zi.compress_type == zipfile.ZIP_STORED:
+        if zi.compress_size != zi.file_size: raise ValueError(f"corrupt zip file: stored member {zi.filename} has mismatched sizes")
+        return src.tensor(_zip_data_offset(src, zi), zi.file_size, dtypes.uint8, (zi.file_size,), zi.filename)
+    try: data = zf.read(zi)
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError) as e:
+        raise ValueError(f"corrupt zip member {zi.filename}: {e}") from None
+    import numpy as np
+    return Tensor(np.frombuffer(data, dtype=np.uint8).copy() if data else np.zeros(0, np.uint8), dtype=dtypes.uint8,
+                  device=src.t.device if not is_disk(src.t.device) else Device.DEFAULT)
+
+def zip_extract(fn: Tensor | str | os.PathLike) -> dict[str, Tensor]:
+    """The files of a zip archive: name → uint8 tensor (a view of stored members, a decompressed copy otherwise)."""
+    src, zf, members = _zip_members(_as_byte_tensor(fn))
+    with zf: return {zi.filename: _zip_member_tensor(src, zf, zi) for zi in members if not zi.is_dir()}
+
+# ---------------------------------------------------------------- torch checkpoints
+
+_TORCH_STORAGE_DTYPES: dict[str, DType] = {
+    "FloatStorage": dtypes.float32, "DoubleStorage": dtypes.float64, "HalfStorage": dtypes.float16, "BFloat16Storage": dtypes.bfloat16,
+    "ByteStorage": dtypes.uint8, "CharStorage": dtypes.int8, "ShortStorage": dtypes.int16, "IntStorage": dtypes.int32,
+    "LongStorage": dtypes.int64, "BoolStorage": dtypes.bool, "UntypedStorage": dtypes.uint8,
+    "UInt16Storage": dtypes.uint16, "UInt32Storage": dtypes.uint32, "UInt64Storage": dtypes.uint64,
+    "Float8_e4m3fnStorage": dtypes.fp8e4m3, "Float8_e5m2Storage": dtypes.fp8e5m2,
+    "Float8_e4m3fnuzStorage": dtypes.fp8e4m3fnuz, "Float8_e5m2fnuzStorage": dtypes.fp8e5m2fnuz}
+_TORCH_DTYPES: dict[str, DType] = {
+    "float32": dtypes.float32, "float": dtypes.float32, "float64": dtypes.float64, "double": dtypes.float64,
+    "float16": dtypes.float16, "half": dtypes.float16, "bfloat16": dtypes.bfloat16, "uint8": dtypes.uint8, "int8": dtypes.int8,
+    "int16": dtypes.int16, "short": dtypes.int16, "int32": dtypes.int32, "int": dtypes.int32, "int64": dtypes.int64,
+    "long": dtypes.int64, "bool": dtypes.bool, "uint16": dtypes.uint16, "uint32": dtypes.uint32, "uint64": dtypes.uint64,
+    "float8_e4m3fn": dtypes.fp8e4m3, "float8_e5m2": dtypes.fp8e5m2, "float8_e4m3fnuz": dtypes.fp8e4m3fnuz,
+    "float8_e5m2fnuz": dtypes.fp8e5m2fnuz}
+
+class _StorageType:
+    """Stands in for ``torch.FloatStorage`` & co. (never called)."""
+    def __init__(self, name: str, dtype: DType): self.name, self.dtype = name, dtype
+    def __repr__(self) -> str: return f"torch.{self.name}"
+
+class _StorageRef:
+    """A storage in the checkpoint: its key, element dtype and element count (plus an element offset for
+    the storage views of very old checkpoints)."""
+    def __init__(self, key: str, dtype: DType, numel: int, elem_offset: int = 0, root: "_StorageRef | None" = None):
+        self.key, self.dtype, self.numel, self.elem_offset, self.root = key, dtype, numel, elem_offset, root
+
+class _TensorRef:
+    """A tensor to build once the storages' places in the file are known."""
+    def __init__(self, storage: _StorageRef, offset: int, size: tuple, stride: tuple, dtype: DType, requires_grad: bool = False):
+        self.storage, self.offset, self.size, self.stride, self.dtype, self.requires_grad = storage, offset, size, stride, dtype, requires_grad
+
+class _TorchClass:
+    """Stands in for ``torch.Tensor`` / ``torch.nn.Parameter`` in ``_rebuild_from_type_v2``."""
+    def __init__(self, name: str): self.name = name
+
+def _int_tuple(x: Any, what: str) -> tuple[int, ...]:
+    if isinstance(x, int) and not isinstance(x, bool): return (x,)
+    if not isinstance(x, (tuple, list)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in x):
+        raise pickle.UnpicklingError(f"torch_load: invalid tensor {what} {x!r:.100}")
+    return tuple(x)
+
+def _rebuild_tensor(storage: Any, storage_offset: Any, size: Any, stride: Any, requires_grad: Any = False, backward_hooks: Any = None,
+                    metadata: Any = None, *, dtype: DType | None = None) -> _TensorRef:
+    if not isinstance(storage, _StorageRef): raise pickle.UnpicklingError(f"torch_load: a tensor's storage is {type(storage).__name__}, not a storage")
+    if not isinstance(storage_offset, int) or storage_offset < 0: raise pickle.UnpicklingError(f"torch_load: invalid storage offset {storage_offset!r:.50}")
+    size, stride = _int_tuple(size, "size"), _int_tuple(stride, "stride")
+    if len(size) != len(stride) or any(s < 0 for s in size) or any(s < 0 for s in stride):
+        raise pickle.UnpicklingError(f"torch_load: invalid tensor size {size} / stride {stride}")
+    return _TensorRef(storage, storage_offset, size, stride, storage.dtype if dtype is None else dtype, bool(requires_grad))
+
+def _rebuild_tensor_v3(storage, storage_offset, size, stride, requires_grad, backward_hooks, dtype, metadata=None) -> _TensorRef:
+    if not isinstance(dtype, DType): raise pickle.UnpicklingError(f"torch_load: invalid dtype {dtype!r:.50}")
+    return _rebuild_tensor(storage, storage_offset, size, stride, requires_grad, backward_hooks, metadata, dtype=dtype)
+
+def _rebuild_parameter(data, requires_grad=True, backward_hooks=None, *state) -> Any:
+    if isinstance(data, _TensorRef): data.requires_grad = bool(requires_grad)
+    return data
+
+def _rebuild_from_type_v2(func, new_type, args, state) -> Any:
+    if func not in (_rebuild_tensor, _rebuild_tensor_v3, _rebuild_parameter) or not isinstance(new_type, _TorchClass) or not isinstance(args, tuple):
+        raise pickle.UnpicklingError("torch_load: unsupported tensor subclass rebuild")
+    return func(*args)
+
+def _codecs_encode(obj: Any, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+    if not isinstance(obj, str) or encoding.lower() not in ("latin1", "latin-1", "utf-8", "utf8", "ascii"):
+        raise pickle.UnpicklingError(f"torch_load: refusing _codecs.encode with {encoding!r}")
+    return obj.encode(encoding, errors)
+
+def _bytearray(*args: Any) -> bytearray:
+    if len(args) > 1 or (args and not isinstance(args[0], (bytes, bytearray, list))):
+        raise pickle.UnpicklingError("torch_load: refusing bytearray() of a non-bytes value")
+    return bytearray(*args)
+
+def _torch_device(*args: Any) -> str: return ":".join(str(a) for a in args)
+
+_SAFE_GLOBALS: dict[tuple[str, str], Any] = {
+    ("collections", "OrderedDict"): collections.OrderedDict,
+    ("torch._utils", "_rebuild_tensor"): lambda storage, offset, size, stride: _rebuild_tensor(storage, offset, size, stride),
+    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
+    ("torch._utils", "_rebuild_tensor_v3"): _rebuild_tensor_v3,
+    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+    ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
+    ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type_v2,
+    ("torch", "Tensor"): _TorchClass("Tensor"), ("torch.nn.parameter", "Parameter"): _TorchClass("Parameter"),
+    ("torch", "Size"): tuple, ("torch", "device"): _torch_device,
+    ("_codecs", "encode"): _codecs_encode,
+    ("builtins", "set"): set, ("builtins", "frozenset"): frozenset, ("builtins", "bytearray"): _bytearray,
+    ("__builtin__", "set"): set, ("__builtin__", "frozenset"): frozenset,
+}
+
+class _TorchUnpickler(pickle.Unpickler):
+    """Unpickles only what a torch checkpoint of tensors needs; anything else is refused before it can run."""
+    def __init__(self, file: Any, persistent_load: Callable[[Any], Any]):
+        super().__init__(file, encoding="utf-8")
+        self._persistent = persistent_load
+    def find_class(self, module: str, name: str) -> Any:
+        if (found := _SAFE_GLOBALS.get((module, name))) is not None: return found
+        if module in ("torch", "torch.storage", "torch.cuda") and name in _TORCH_STORAGE_DTYPES:
+            return _StorageType(name, _TORCH_STORAGE_DTYPES[name])
+        if module == "torch" and name in _TORCH_DTYPES: return _TORCH_DTYPES[name]
+        raise pickle.UnpicklingError(f"torch_load: refusing to load {module}.{name}: only tensors, storages and plain containers "
+                                     f"can be loaded (this pickle would run other code; it may be malicious)")
+    def persistent_load(self, pid: Any) -> Any: return self._persistent(pid)
+
+def _storage_pid(storages: dict[str, _StorageRef]) -> Callable[[Any], Any]:
+    """persistent_load for the zip and legacy formats: ('storage', storage_type, key, location, numel[, view_metadata])."""
+    def load(pid: Any) -> Any:
+        if not isinstance(pid, tuple) or len(pid) < 5 or pid[0] != "storage" or not isinstance(pid[1], _StorageType):
+            raise pickle.UnpicklingError(f"torch_load: unsupported persistent id {pid!r:.100}")
+        _, storage_type, key, _location, numel = pid[:5]
+        if not isinstance(key, (str, int)) or not isinstance(numel, int) or numel < 0:
+            raise pickle.UnpicklingError(f"torch_load: invalid storage record {pid!r:.100}")
+        key = str(key)
+        if key not in storages: storages[key] = _StorageRef(key, storage_type.dtype, numel)
+        root = storages[key]
+        if root.dtype != storage_type.dtype or root.numel != numel:
+            raise pickle.UnpicklingError(f"torch_load: storage {key} is used with conflicting types or sizes")
+        view = pid[5] if len(pid) > 5 else None
+        if view is not None:   # (view_key, offset, view_size) from old torch versions
+            if not (isinstance(view, tuple) and len(view) == 3 and all(isinstance(v, int) for v in view[1:])):
+                raise pickle.UnpicklingError(f"torch_load: invalid storage view {view!r:.100}")
+            _, offset, view_size = view
+            if offset < 0 or view_size < 0 or offset + view_size > numel: raise pickle.UnpicklingError("torch_load: storage view out of range")
+            return _StorageRef(key, root.dtype, view_size, offset, root)
+        return root
+    return load
+
+def _build_tensor(ref: _TensorRef, src: _Source, places: dict[str, int]) -> Tensor:
+    """A tensor from a storage at a known byte offset: a DISK view when it is contiguous, else a gathered copy."""
+    root = ref.storage.root or ref.storage
+    if root.key not in places: raise ValueError(f"corrupt torch checkpoint: storage {root.key} has no data")
+    storage_start = places[root.key] + ref.storage.elem_offset * root.dtype.itemsize
+    storage_nbytes = ref.storage.numel * ref.storage.dtype.itemsize
+    itemsize, size, stride = ref.dtype.itemsize, ref.size, ref.stride
+    numel = prod(size)
+    start = ref.offset * itemsize
+    if numel == 0: return Tensor.zeros(*size, dtype=ref.dtype, device=src.t.device if not is_disk(src.t.device) else Device.DEFAULT)
+    span = (sum((s - 1) * st for s, st in zip(size, stride)) + 1) * itemsize   # bytes from the first to past the last element
+    if start + span > storage_nbytes:
+        raise ValueError(f"corrupt torch checkpoint: a tensor of size {size}, stride {stride}, offset {ref.offset} reads past its "
+                         f"storage of {storage_nbytes} bytes")
+    contiguous = all(st == c for s, st, c in zip(size, stride, _c_strides(size)) if s != 1)
+    if contiguous: return src.tensor(storage_start + start, numel * itemsize, ref.dtype, size, "tensor")
+    # a strided view: read the bytes it spans and gather them on the default device
+    import numpy as np
+    carrier = np.dtype(f"<u{itemsize}") if itemsize > 1 else np.dtype(np.uint8)
+    raw = np.frombuffer(src.read(storage_start + start, span), dtype=np.uint8)
+    padded = np.zeros(((span + itemsize - 1) // itemsize) * itemsize, np.uint8)
+    padded[:span] = raw
+    elems = padded.view(carrier)
+    gathered = np.lib.stride_tricks.as_strided(elems, shape=size, strides=tuple(st * itemsize for st in stride)).copy()
+    device = src.t.device if not is_disk(src.t.device) else Device.DEFAULT
+    if ref.dtype.fmt is not None: return Tensor(gathered.view(to_np_dtype(ref.dtype)), device=device, dtype=ref.dtype)
+    carrier_dtype = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[itemsize]
+    return Tensor(gathered, device=device, dtype=carrier_dtype).bitcast(ref.dtype)
+
+def _c_strides(shape: tuple) -> tuple:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= s
+    return tuple(reversed(strides))
+
+def _resolve(obj: Any, build: Callable[[_TensorRef], Tensor], depth: int = 0) -> Any:
+    """Replace every _TensorRef in the unpickled structure by its Tensor."""
+    if depth > 1000: raise ValueError("torch_load: the checkpoint is nested too deeply")
+    if isinstance(obj, _TensorRef): return build(obj)
+    if isinstance(obj, collections.OrderedDict): return collections.OrderedDict((k, _resolve(v, build, depth + 1)) for k, v in obj.items())
+    if isinstance(obj, dict): return {k: _resolve(v, build, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, list): return [_resolve(v, build, depth + 1) for v in obj]
+    if isinstance(obj, tuple): return tuple(_resolve(v, build, depth + 1) for v in obj)
+    return obj
+
+def torch_load(fn: Tensor | str | os.PathLike) -> Any:
+    """Load a PyTorch checkpoint (``torch.save``: the zip format, the legacy pickle format written with
+    ``_use_new_zipfile_serialization=False``, and the old tar format). Tensors come back as fusegrad tensors
+    (DISK views when stored contiguously), in the same dicts/lists as saved. torch isn't needed, and nothing
+    in the pickle but the known tensor-rebuild functions can run."""
+    t = _as_byte_tensor(fn)
+    src = _Source(t, "torch checkpoint")
+    head = src.read(0, min(src.nbytes, 6))
+    if head[:4] == b"PK\x03\x04" or _is_zip(t): return _torch_load_zip(t, src)
+    if src.nbytes >= 512 and src.read(257, 5) == b"ustar": return _torch_load_tar(t, src)
+    return _torch_load_legacy(t, src)
+
+def _is_zip(t: Tensor) -> bool:
+    try: return zipfile.is_zipfile(TensorIO(t))
+    except Exception: return False
+
+def _unpickle(data: Any, persistent_load: Callable[[Any], Any], what: str) -> Any:
+    f = io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data
+    try: return _TorchUnpickler(f, persistent_load).load()
+    except pickle.UnpicklingError: raise
+    except (EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError, struct.error, UnicodeDecodeError, RecursionError,
+            MemoryError, OverflowError) as e:
+        raise pickle.UnpicklingError(f"torch_load: corrupt {what}: {type(e).__name__}: {e}") from None
+
+def _torch_load_zip(t: Tensor, src: _Source) -> Any:
+    src, zf, members = _zip_members(t)
+    with zf:
+        by_name = {zi.filename: zi for zi in members}
+        pkls = [n for n in by_name if n == "data.pkl" or n.endswith("/data.pkl")]
+        if not pkls: raise ValueError("not a torch checkpoint: the zip has no data.pkl")
+        prefix = min(pkls, key=len)[:-len("data.pkl")]
+        if (bo := by_name.get(prefix + "byteorder")) is not None and zf.read(bo).strip() not in (b"little", b""):
+            raise NotImplementedError(f"torch_load: big-endian checkpoints are not supported (byteorder {zf.read(bo)!r})")
+        storages: dict[str, _StorageRef] = {}
+        try: pkl = zf.read(by_name[prefix + "data.pkl"])
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e: raise ValueError(f"corrupt torch checkpoint: {e}") from None
+        result = _unpickle(pkl, _storage_pid(storages), "data.pkl")
+        places: dict[str, int] = {}
+        cpu_copies: dict[str, Tensor] = {}
+        for key, ref in storages.items():
+            zi = by_name.get(f"{prefix}data/{key}")
+            if zi is None: raise ValueError(f"corrupt torch checkpoint: storage {key} is missing from the archive")
+            need = ref.numel * ref.dtype.itemsize
+            if zi.file_size < need: raise ValueError(f"corrupt torch checkpoint: storage {key} has {zi.file_size} bytes, needs {need}")
+            if zi.compress_type != zipfile.ZIP_STORED:  # re-compressed by some tool: read it into memory
+                cpu_copies[key] = _zip_member_tensor(src, zf, zi)
+                continue
+            places[key] = _zip_data_offset(src, zi)
+            src.check(places[key], need, f"storage {key}")
+    def build(ref: _TensorRef) -> Tensor:
+        root = ref.storage.root or ref.storage
+        if root.key in cpu_copies: return _build_tensor(ref, _Source(cpu_copies[root.key], "storage"), {root.key: 0})
+        return _build_tensor(ref, src, places)
+    return _resolve(result, build)
+
+_LEGACY_MAGIC = 0x1950a86a20f9469cfc6c
+_LEGACY_PROTOCOL = 1001
+
+def _torch_load_legacy(t: Tensor, src: _Source) -> Any:
+    f = io.BufferedReader(TensorIO(t))
+    def plain(what: str) -> Any:   # the small header pickles: plain data only
+        return _unpickle(f, lambda pid: (_ for _ in ()).throw(pickle.UnpicklingError("unexpected persistent id")), what)
+    try: magic = plain("header")
+    except pickle.UnpicklingError as e: raise ValueError(f"not a torch checkpoint (neither zip, tar nor legacy pickle format): {e}") from None
+    if magic != _LEGACY_MAGIC: raise ValueError("not a torch checkpoint: bad magic number")
+    if (protocol := plain("protocol version")) != _LEGACY_PROTOCOL: raise ValueError(f"unsupported torch checkpoint protocol {protocol!r}")
+    sys_info = plain("sys_info")
+    if isinstance(sys_info, dict) and not sys_info.get("little_endian", True):
+        raise NotImplementedError("torch_load: big-endian checkpoints are not supported")
+    storages: dict[str, _StorageRef] = {}
+    result = _unpickle(f, _storage_pid(storages), "checkpoint pickle")
+    keys = plain("storage keys")
+    if not isinstance(keys, list) or not all(isinstance(k, (str, int)) for k in keys): raise ValueError("corrupt torch checkpoint: bad storage key list")
+    offset = f.tell()
+    places: dict[str, int] = {}
+    for key in map(str, keys):
+        numel = struct.unpack("<q", src.read(offset, 8, f"size of storage {key}"))[0]
+        if key not in storages: raise ValueError(f"corrupt torch checkpoint: storage {key} isn't used by any tensor")
+        ref = storages[key]
+        if numel != ref.numel: raise ValueError(f"corrupt torch checkpoint: storage {key} has {numel} elements, expected {ref.numel}")
+        src.check(offset + 8, numel * ref.dtype.itemsize, f"storage {key}")
+        places[key] = offset + 8
+        offset += 8 + numel * ref.dtype.itemsize
+    return _resolve(result, lambda ref: _build_tensor(ref, src, places))
+
+def _torch_load_tar(t: Tensor, src: _Source) -> Any:
+    """The pre-1.0 tar format: 'storages', 'tensors' and 'pickle' members."""
+    offsets = {name: (offset, size) for name, offset, size in _tar_members(t)}
+    for need in ("storages", "tensors", "pickle"):
+        if need not in offsets: raise ValueError(f"corrupt torch checkpoint: the tar has no {need!r} member")
+    def reader(name: str) -> tuple[io.BufferedReader, int, int]:
+        start, size = offsets[name]
+        return io.BufferedReader(TensorIO(src.tensor(start, size, dtypes.uint8, (size,), name))), start, size
+    plain_pid = lambda pid: (_ for _ in ()).throw(pickle.UnpicklingError("unexpected persistent id"))
+    # storages: count, then (key, location, storage_type), int64 numel, raw data
+    f, start, size = reader("storages")
+    storages: dict[str, _StorageRef] = {}
+    places: dict[str, int] = {}
+    count = _unpickle(f, plain_pid, "storage count")
+    if not isinstance(count, int) or count < 0: raise ValueError("corrupt torch checkpoint: bad storage count")
+    for _ in range(count):
+        rec = _unpickle(f, plain_pid, "storage record")
+        if not (isinstance(rec, tuple) and len(rec) == 3 and isinstance(rec[2], _StorageType)): raise ValueError("corrupt torch checkpoint: bad storage record")
+        key, _, stype = str(rec[0]), rec[1], rec[2]
+        pos = f.tell()
+        numel = struct.unpack("<q", src.read(start + pos, 8, f"size of storage {key}"))[0]
+        if numel < 0 or pos + 8 + numel * stype.dtype.itemsize > size: raise ValueError(f"corrupt torch checkpoint: storage {key} overruns its member")
+        storages[key] = _StorageRef(key, stype.dtype, numel)
+        places[key] = start + pos + 8
+        f.seek(pos + 8 + numel * stype.dtype.itemsize)
+    views = _unpickle(f, plain_pid, "storage views")
+    for view in views if isinstance(views, list) else []:
+        target, root_key, off, numel = view
+        root = storages[str(root_key)]
+        if off < 0 or numel < 0 or off + numel > root.numel: raise ValueError("corrupt torch checkpoint: storage view out of range")
+        storages[str(target)] = _StorageRef(root.key, root.dtype, numel, off, root)
+    # tensors: count, then (key, storage_id, type), int32 ndim, 4 pad bytes, sizes, strides, int64 offset
+    f, start, size = reader("tensors")
+    tensors: dict[str, Any] = {}
+    count = _unpickle(f, plain_pid, "tensor count")
+    if not isinstance(count, int) or count < 0: raise ValueError("corrupt torch checkpoint: bad tensor count")
+    for _ in range(count):
+        rec = _unpickle(f, plain_pid, "tensor record")
+        if not (isinstance(rec, tuple) and len(rec) == 3) or str(rec[1]) not in storages: raise ValueError("corrupt torch checkpoint: bad tensor record")
+        key, storage = str(rec[0]), storages[str(rec[1])]
+        pos = f.tell()
+        ndim = struct.unpack("<i", src.read(start + pos, 4, "tensor ndim"))[0]
+        if not 0 <= ndim <= 64: raise ValueError(f"corrupt torch checkpoint: tensor {key} has {ndim} dims")
+        body = src.read(start + pos + 8, 16 * ndim + 8, f"tensor {key}")
+        dims, strides, (offset,) = struct.unpack_from(f"<{ndim}q", body, 0), struct.unpack_from(f"<{ndim}q", body, 8 * ndim), struct.unpack_from("<q", body, 16 * ndim)
+        f.seek(pos + 8 + 16 * ndim + 8)
+        try: tensors[key] = _rebuild_tensor(storage, offset, dims, strides)
+        except pickle.UnpicklingError as e: raise ValueError(f"corrupt torch checkpoint: {e}") from None
+    f, _, _ = reader("pickle")
+    def tar_pid(pid: Any) -> Any:
+        if isinstance(pid, tuple): return None   # a module's source code record: ignored
+        if str(pid) not in tensors: raise pickle.UnpicklingError(f"torch_load: unknown tensor id {pid!r:.50}")
+        return tensors[str(pid)]
+    result = _unpickle(f, tar_pid, "checkpoint pickle")
+    return _resolve(result, lambda ref: _build_tensor(ref, src, places))
+
+# ---------------------------------------------------------------- GGUF
+
+GGML_QUANT_SIZES: dict[int, tuple[str, int, int]] = {   # ggml type: (name, elements per block, bytes per block)
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24),
+    8: ("Q8_0", 32, 34), 12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210),
+    24: ("I8", 1, 1), 25: ("I16", 1, 2), 26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8), 30: ("BF16", 1, 2)}
+_GGML_NATIVE: dict[int, DType] = {0: dtypes.float32, 1: dtypes.float16, 24: dtypes.int8, 25: dtypes.int16, 26: dtypes.int32,
+                                  27: dtypes.int64, 28: dtypes.float64, 30: dtypes.bfloat16}
+_GGUF_SCALARS: dict[int, str] = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+class _GGUFReader:
+    def __init__(self, src: _Source): self.src, self.pos = src, 0
+    def unpack(self, fmt: str, what: str) -> Any:
+        n = struct.calcsize(fmt)
+        value = struct.unpack(fmt, self.src.read(self.pos, n, what))
+        self.pos += n
+        return value[0] if len(value) == 1 else value
+    def string(self, what: str) -> str:
+        n = self.unpack("<Q", f"length of {what}")
+        if n > self.src.nbytes - self.pos: raise ValueError(f"corrupt or truncated GGUF file: {what} claims {n} bytes, only {self.src.nbytes - self.pos} remain")
+        raw = self.src.read(self.pos, n, what)
+        self.pos += n
+        try: return raw.decode("utf-8")
+        except UnicodeDecodeError as e: raise ValueError(f"corrupt GGUF file: {what} is not valid UTF-8 ({e})") from None
+    def value(self, vtype: int, what: str, depth: int = 0) -> Any:
+        if vtype in _GGUF_SCALARS:
+            v = self.unpack(_GGUF_SCALARS[vtype], what)
+            return bool(v) if vtype == 7 else v
+        if vtype == 8: return self.string(what)
+        if vtype == 9:
+            if depth > 8: raise ValueError(f"corrupt GGUF file: {what} nests arrays too deeply")
+            etype, n = self.unpack("<I", f"array type of {what}"), self.unpack("<Q", f"array length of {what}")
+            if etype in _GGUF_SCALARS:
+                size = struct.calcsize(_GGUF_SCALARS[etype])
+                if n * size > self.src.nbytes - self.pos: raise ValueError(f"corrupt or truncated GGUF file: array {what} of {n} items overruns the file")
+                values = list(struct.unpack(f"<{n}{_GGUF_SCALARS[etype][1]}", self.src.read(self.pos, n * size, what)))
+                self.pos += n * size
+                return [bool(v) for v in values] if etype == 7 else values
+            if etype not in (8, 9): raise ValueError(f"corrupt GGUF file: {what} has unknown array element type {etype}")
+            if n * 8 > self.src.nbytes - self.pos: raise ValueError(f"corrupt or truncated GGUF file: array {what} of {n} items overruns the file")
+            return [self.value(etype, f"{what}[{i}]", depth + 1) for i in range(n)]
+        raise ValueError(f"corrupt GGUF file: {what} has unknown value type {vtype}")
+
+def gguf_load(fn: Tensor | str | os.PathLike) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """Load a GGUF (v2/v3) file: ``(kv_data, state_dict)``. Quantized tensors (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
+    Q5_K, Q6_K) are dequantized to float32 by tensor ops (lazily, on the default device); plain types are views."""
+    t = _as_byte_tensor(fn)
+    src = _Source(t, "GGUF file")
+    r = _GGUFReader(src)
+    if src.nbytes < 4 or src.read(0, 4) != b"GGUF": raise ValueError("not a GGUF file: bad magic")
+    r.pos = 4
+    version = r.unpack("<I", "version")
+    if version not in (2, 3): raise ValueError(f"unsupported GGUF version {version} (only 2 and 3)")
+    n_tensors, n_kv = r.unpack("<Q", "tensor count"), r.unpack("<Q", "metadata count")
+    if n_tensors > src.nbytes or n_kv > src.nbytes: raise ValueError("corrupt GGUF file: impossible tensor or metadata count")
+    kv_data: dict[str, Any] = {}
+    for i in range(n_kv):
+        key = r.string(f"metadata key {i}")
+        if key in kv_data: raise ValueError(f"corrupt GGUF file: duplicate metadata key {key!r}")
+        kv_data[key] = r.value(r.unpack("<I", f"type of {key}"), key)
+    infos = []
+    for i in range(n_tensors):
+        name = r.string(f"tensor name {i}")
+        n_dims = r.unpack("<I", f"dims of {name}")
+        if not 1 <= n_dims <= 4: raise ValueError(f"corrupt GGUF file: tensor {name!r} has {n_dims} dims (1 to 4 allowed)")
+        dims = [r.unpack("<Q", f"dims of {name}") for _ in range(n_dims)]
+        ggml_type, offset = r.unpack("<I", f"type of {name}"), r.unpack("<Q", f"offset of {name}")
+        infos.append((name, dims, ggml_type, offset))
+    alignment = kv_data.get("general.alignment", 32)
+    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1): raise ValueError(f"corrupt GGUF file: bad alignment {alignment!r}")
+    data_start = -(-r.pos // alignment) * alignment
+    state_dict: dict[str, Tensor] = {}
+    for name, dims, ggml_type, offset in infos:
+        if name in state_dict: raise ValueError(f"corrupt GGUF file: duplicate tensor {name!r}")
+        if ggml_type not in GGML_QUANT_SIZES: raise NotImplementedError(f"GGUF tensor {name!r}: ggml type {ggml_type} is not supported")
+        type_name, block, block_bytes = GGML_QUANT_SIZES[ggml_type]
+        n = prod(dims)
+        if dims[0] % block: raise ValueError(f"corrupt GGUF file: tensor {name!r} ({type_name}) has rows of {dims[0]}, not a multiple of {block}")
+        if offset % alignment: raise ValueError(f"corrupt GGUF file: tensor {name!r} offset {offset} isn't aligned to {alignment}")
+        nbytes = n // block * block_bytes
+        shape = tuple(reversed(dims))
+        src.check(data_start + offset, nbytes, f"tensor {name!r}")
+        if ggml_type in _GGML_NATIVE:
+            state_dict[name] = src.tensor(data_start + offset, nbytes, _GGML_NATIVE[ggml_type], shape, name)
+        else:
+            blocks = src.tensor(data_start + offset, nbytes, dtypes.uint8, (n // block, block_bytes), name)
+            if is_disk(blocks.device): blocks = blocks.to(Device.DEFAULT)
+            state_dict[name] = ggml_dequantize(blocks, ggml_type).reshape(shape)
+    return kv_data, state_dict
+
+def _u16(b: Tensor) -> Tensor:
+    """(..., 2) little-endian bytes → (...) uint16."""
+    return b[..., 0].cast(dtypes.uint16) | (b[..., 1].cast(dtypes.uint16) << 8)
+
+def _f16(b: Tensor) -> Tensor:
+    """(..., 2) bytes of an IEEE half → (..., 1) float32, ready to broadcast over a block."""
+    return _u16(b).bitcast(dtypes.float16).cast(dtypes.float32).unsqueeze(-1)
+
+def _u32(b: Tensor) -> Tensor:
+    b = b.cast(dtypes.uint32)
+    return b[..., 0] | (b[..., 1] << 8) | (b[..., 2] << 16) | (b[..., 3] << 24)
+
+def _nibbles(qs: Tensor) -> Tensor:
+    """(..., k) bytes → (..., 2k): the k low nibbles, then the k high nibbles (ggml's order within a block)."""
+    return (qs & 0xF).cat(qs >> 4, dim=-1)
+
+def _bits(x: Tensor, count: int) -> Tensor:
+    """(...) uint32 → (..., count) uint8 of its low ``count`` bits, bit 0 first."""
+    shifts = Tensor.arange(count, device=x.device, dtype=dtypes.uint32)
+    return ((x.unsqueeze(-1) >> shifts) & 1).cast(dtypes.uint8)
+
+def _k_scales(scales: Tensor) -> tuple[Tensor, Tensor]:
+    """The 12 packed bytes of a Q4_K/Q5_K block → 8 six-bit scales and 8 six-bit mins (get_scale_min_k4)."""
+    s0, s4, s8 = scales[:, 0:4], scales[:, 4:8], scales[:, 8:12]
+    sc = (s0 & 63).cat((s8 & 0xF) | ((s0 >> 6) << 4), dim=-1)
+    mn = (s4 & 63).cat((s8 >> 4) | ((s4 >> 6) << 4), dim=-1)
+    return sc.cast(dtypes.float32), mn.cast(dtypes.float32)
+
+def ggml_dequantize(blocks: Tensor, ggml_type: int) -> Tensor:
+    """(n_blocks, block_bytes) uint8 → (n_blocks, block_elements) float32, following ggml's dequantize_row_*."""
+    f32 = dtypes.float32
+    if ggml_type == 2:    # Q4_0: d, 16 bytes of nibbles; x = (q - 8) * d
+        return (_nibbles(blocks[:, 2:18]).cast(f32) - 8) * _f16(blocks[:, 0:2])
+    if ggml_type == 3:    # Q4_1: d, m, nibbles; x = q * d + m
+        return _nibbles(blocks[:, 4:20]).cast(f32) * _f16(blocks[:, 0:2]) + _f16(blocks[:, 2:4])
+    if ggml_type in (6, 7):   # Q5_0 / Q5_1: d[, m], 32 high bits, nibbles
+        start = 2 if ggml_type == 6 else 4
+        high = _bits(_u32(blocks[:, start:start + 4]), 32)
+        q = (_nibbles(blocks[:, start + 4:start + 20]) | (high << 4)).cast(f32)
+        if ggml_type == 6: return (q - 16) * _f16(blocks[:, 0:2])
+        return q * _f16(blocks[:, 0:2]) + _f16(blocks[:, 2:4])
+    if ggml_type == 8:    # Q8_0: d, 32 int8
+        return blocks[:, 2:34].bitcast(dtypes.int8).cast(f32) * _f16(blocks[:, 0:2])
+    if ggml_type in (12, 13):   # Q4_K / Q5_K: d, dmin, 12 bytes of scales[, 32 bytes of high bits], 128 bytes of nibbles
+        nb = blocks.shape[0]
+        d, dmin = _f16(blocks[:, 0:2]), _f16(blocks[:, 2:4])
+        sc, mn = _k_scales(blocks[:, 4:16])
+        qs = blocks[:, 16:144] if ggml_type == 12 else blocks[:, 48:176]
+        qs = qs.reshape(nb, 4, 32)
+        q = Tensor.stack(qs & 0xF, qs >> 4, dim=2).reshape(nb, 8, 32)   # sub-block 2c+h: the h-th nibble of chunk c
+        if ggml_type == 13:
+            qh = blocks[:, 16:48].reshape(nb, 1, 32)
+            shifts = Tensor.arange(8, device=blocks.device, dtype=dtypes.uint8).reshape(1, 8, 1)
+            q = q | (((qh >> shifts) & 1) << 4)
+        y = (d * sc).unsqueeze(-1) * q.cast(f32) - (dmin * mn).unsqueeze(-1)
+        return y.reshape(nb, 256)
+    if ggml_type == 14:   # Q6_K: 128 bytes low 4 bits, 64 bytes high 2 bits, 16 int8 scales, d
+        nb = blocks.shape[0]
+        ql = blocks[:, 0:128].reshape(nb, 2, 2, 32)    # (half, ql[l] or ql[l+32], l)
+        qh = blocks[:, 128:192].reshape(nb, 2, 1, 32)
+        sc = blocks[:, 192:208].bitcast(dtypes.int8).cast(f32).reshape(nb, 2, 4, 2, 1).expand(nb, 2, 4, 2, 16).reshape(nb, 2, 4, 32)
+        d = _f16(blocks[:, 208:210]).reshape(nb, 1, 1, 1)
+        low = Tensor.cat(ql & 0xF, ql >> 4, dim=2)     # groups q1, q2, q3, q4
+        shifts = Tensor([0, 2, 4, 6], device=blocks.device, dtype=dtypes.uint8).reshape(1, 1, 4, 1)
+        high = (qh >> shifts) & 3
+        q = (low | (high << 4)).cast(f32) - 32
+        return (d * sc * q).reshape(nb, 256)
+    name = GGML_QUANT_SIZES.get(ggml_type, (str(ggml_type),))[0]
+    raise NotImplementedError(f"dequantizing ggml type {name} is not supported")
