@@ -204,7 +204,8 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             return np.full(self.shape, value, dtype=to_np_dtype(self.dtype))
         buffer, contiguous = self._buffer_view()
         if not contiguous: return self.contiguous().numpy()
-        return np.frombuffer(buffer.as_buffer(), dtype=to_np_dtype(self.dtype)).reshape(self.shape).copy()
+        shape = tuple(s if isinstance(s, int) else _bound_value(s) for s in self.shape)
+        return np.frombuffer(buffer.as_buffer(), dtype=to_np_dtype(self.dtype))[:prod(shape)].reshape(shape).copy()
 
     def data(self) -> memoryview:
         """The values as a memoryview shaped like the tensor."""
@@ -482,7 +483,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
                                 self.shape if shape is None else shape), requires_grad=False)
     def _to_tensor(self, x: Any, dtype: DType | None = None) -> "Tensor":
         if isinstance(x, Tensor): return x
-        if isinstance(x, UOp) and x.op is Ops.BIND:
+        if isinstance(x, UOp):   # a symbolic value (bound variables) used as a number
             return Tensor(UOp.const(dtypes.weakint, x, self.device, ()), requires_grad=False)
         if not isinstance(x, (bool, int, float)): raise TypeError(f"unsupported operand type {type(x).__name__}")
         return Tensor(UOp.const(dtype or dtypes.from_py(x), x, self.device, ()), requires_grad=False)
@@ -1078,6 +1079,12 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return (x * w).sum(-1, acc_dtype=acc_dtype, dtype=dtype).cast(least_upper_dtype(x.dtype, w.dtype) if dtype is None else dtype)
     def matmul(self, x: "Tensor", reverse: bool = False, acc_dtype: DType | None = None, dtype: DType | None = None) -> "Tensor":
         return x.dot(self, acc_dtype=acc_dtype, dtype=dtype) if reverse else self.dot(x, acc_dtype=acc_dtype, dtype=dtype)
+
+def _bound_value(size: UOp) -> int:
+    """The current value of a size made of bound variables."""
+    from fusegrad.uop.ops import sym_infer
+    binds = {x.src[0]: x.src[1].arg for x in size.toposort if x.op is Ops.BIND}
+    return sym_infer(size.substitute({b: b.src[0] for b in size.toposort if b.op is Ops.BIND}), binds)
 
 def _is_plain(u: UOp) -> bool:
     return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)

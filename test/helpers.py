@@ -66,3 +66,46 @@ def count_kernels(*tensors: Tensor) -> int:
     GlobalCounters.reset()
     Tensor.realize(*tensors)
     return GlobalCounters.kernel_count
+
+# ---------------------------------------------------------------- comparing ops with PyTorch (forward and backward)
+def _to_torch_like(x):
+    import torch
+    if np.issubdtype(x.dtype, np.integer): return torch.tensor(x.astype(np.int64))   # torch index ops want int64
+    return torch.tensor(x, requires_grad=np.issubdtype(x.dtype, np.floating))
+
+def helper_test_op(shapes, torch_fn, fusegrad_fn=None, atol=1e-6, rtol=1e-3, grad_atol=1e-4, grad_rtol=1e-3, forward_only=False,
+                   vals=None, low=-1.5, high=1.5, seed=0):
+    """Run ``torch_fn`` on torch tensors and ``fusegrad_fn`` (default: the same function) on fusegrad
+    Tensors built from the same random float32 inputs (``shapes``, uniform in [low, high)) or from
+    ``vals`` (arrays or nested lists; ints stay ints and get no gradient). Compare the forward output
+    (shape and values) and, unless ``forward_only``, the gradient of ``sum(out * r)`` (r random,
+    the same for both) with respect to every float input. Returns the fusegrad output."""
+    import torch
+    if fusegrad_fn is None: fusegrad_fn = torch_fn
+    rng = np.random.default_rng(seed)
+    if vals is not None:
+        np_inputs = [np.asarray(v) for v in vals]
+        np_inputs = [v.astype(np.float32) if v.dtype == np.float64 else v for v in np_inputs]
+    else:
+        np_inputs = [rng.uniform(low, high, size=s).astype(np.float32) for s in shapes]
+    torch_inputs = [_to_torch_like(x) for x in np_inputs]
+    fg_inputs = [Tensor(x) for x in np_inputs]
+    torch_out, fg_out = torch_fn(*torch_inputs), fusegrad_fn(*fg_inputs)
+    assert isinstance(fg_out, Tensor), f"fusegrad_fn returned {type(fg_out)}"
+    assert tuple(fg_out.shape) == tuple(torch_out.shape), f"shape mismatch: fusegrad {fg_out.shape} vs torch {tuple(torch_out.shape)}"
+    got, want = fg_out.numpy(), torch_out.detach().numpy()
+    if np.issubdtype(want.dtype, np.floating):
+        np.testing.assert_allclose(got, want, atol=atol, rtol=rtol, equal_nan=True, err_msg="forward pass mismatch")
+    else:
+        np.testing.assert_array_equal(got, want, err_msg="forward pass mismatch")
+    if forward_only or not np.issubdtype(want.dtype, np.floating): return fg_out
+    float_idx = [i for i, x in enumerate(np_inputs) if np.issubdtype(x.dtype, np.floating)]
+    if not float_idx: return fg_out
+    weights = rng.uniform(-1, 1, size=tuple(torch_out.shape)).astype(np.float32)
+    (torch_out * torch.tensor(weights)).sum().backward()
+    fg_grads = (fg_out * Tensor(weights)).sum().gradient(*[fg_inputs[i] for i in float_idx], materialize_grads=True)
+    for i, g in zip(float_idx, fg_grads):
+        tg = torch_inputs[i].grad
+        want_g = np.zeros_like(np_inputs[i]) if tg is None else tg.numpy()
+        np.testing.assert_allclose(g.numpy(), want_g, atol=grad_atol, rtol=grad_rtol, err_msg=f"gradient mismatch for input {i}")
+    return fg_out

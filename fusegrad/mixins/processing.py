@@ -323,12 +323,11 @@ class ProcessingMixin:
         # indices: the last i <= j where key[i] == running max[j] (torch picks the latest tie)
         tri = Tensor.ones(n, n, dtype=dtypes.bool, device=self.device, requires_grad=False).tril()   # [j, i]: i <= j
         hit = tri & (key.detach().unsqueeze(-2) == running.unsqueeze(-1))   # (..., j, i)
-        if dtypes.is_float(key.dtype): hit = hit | (tri & key.detach().isnan().unsqueeze(-2))
         ar = Tensor.arange(n, device=self.device, requires_grad=False)
         idx = hit.where(ar, -1).max(-1)                                      # (..., n)
-        if dtypes.is_float(key.dtype):   # a nan anywhere before wins, like torch: take the first nan
-            first_nan = (tri & key.detach().isnan().unsqueeze(-2)).where(n - ar, 0).max(-1)
-            idx = (first_nan > 0).where(n - first_nan, idx)
+        if dtypes.is_float(key.dtype):   # once a nan is seen it is the running value: torch takes the latest nan
+            last_nan = (tri & key.detach().isnan().unsqueeze(-2)).where(ar, -1).max(-1)
+            idx = (last_nan >= 0).where(last_nan, idx)
         values = x.gather(-1, idx).transpose(axis, -1)
         return values, idx.cast(dtypes.int32).transpose(axis, -1)
 

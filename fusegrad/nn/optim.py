@@ -32,10 +32,8 @@ def _written_buffers(params: list[Tensor]) -> set[UOp]:
 _SAME_INDEX = GroupOp.Elementwise | {Ops.RESHAPE, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD}
 
 class _HazardCheck:
-    """Does a lazy gradient read a param buffer that this step overwrites, other than its own param
-    read at the same element (which the fused update kernel can do safely)? Such a gradient is
-    computed into its own buffer before any param is assigned, so every read sees the old values.
-    (The scheduler does not yet order such reads before the assigns by itself.)"""
+    """Does a lazy tensor read a param buffer that this step overwrites, other than ``own`` read at
+    the same element (which the fused update kernel of that param can do safely)?"""
     def __init__(self, written: set[UOp]):
         self.written = written
         self.same_index: dict[UOp, frozenset] = {}   # written buffers reached through same-index ops only
@@ -52,12 +50,11 @@ class _HazardCheck:
             else:
                 self.same_index[x] = frozenset()
                 self.other[x] = frozenset().union(*(self.same_index[s] | self.other[s] for s in x.src))
-    def __call__(self, grad: Tensor, param: Tensor) -> bool:
-        if grad.uop.base.op is Ops.BUFFER: return False    # already computed
-        self._visit(grad.uop)
-        own = param.uop.base
-        reads = self.same_index[grad.uop] | self.other[grad.uop]
-        return bool(reads - {own}) or own in self.other[grad.uop]
+    def __call__(self, t: Tensor, own: UOp | None) -> bool:
+        if t.uop.base.op is Ops.BUFFER and t.uop.op is not Ops.ASSIGN: return False    # already computed
+        self._visit(t.uop)
+        reads = self.same_index[t.uop] | self.other[t.uop]
+        return bool(reads - {own}) or own in self.other[t.uop]
 
 def _stored(t: Tensor) -> Tensor:
     """``t`` computed once into its own buffer when it is used by several state updates (the
@@ -98,24 +95,32 @@ class Optimizer:
     def schedule_step(self) -> list[Tensor]:
         """Assign the updated values (lazily) and return every tensor that must be realized."""
         _check_training()
-        first, rest = self._schedule_step(_written_buffers(self.params))
-        return first + rest
+        if first := self._prepare(_written_buffers(self.params)): Tensor.realize(*first)
+        return self._schedule_updates()
 
-    def _schedule_step(self, written: set[UOp]) -> tuple[list[Tensor], list[Tensor]]:
-        """(gradients that must be computed before any param is overwritten, everything else)."""
+    def _prepare(self, written: set[UOp]) -> list[Tensor]:
+        """Pick the gradients for this step. A lazy gradient (or pending buffer) that reads a param
+        buffer which this step overwrites -- other than its own param at the same element -- is
+        returned to be computed first, so that it sees the old values: the scheduler doesn't yet
+        order such reads before the assigns that overwrite them."""
         for t in self.params:
             if t.grad is None: raise RuntimeError(f"param of shape {t.shape} has no .grad; call backward() before step()")
-        grads, first = [], []
         hazards = _HazardCheck(written)
+        self._grads, first = [], []
         for t in self.params:
             g = t.grad
-            if hazards(g, t):
+            if hazards(g, t.uop.base):
                 g = g.contiguous()
                 first.append(g)
-            grads.append(g)
-        updated, extra = self._step(self.params, grads)
+            self._grads.append(g)
+        first.extend(b for b in self.buffers if hazards(b, None))
+        return first
+
+    def _schedule_updates(self) -> list[Tensor]:
+        updated, extra = self._step(self.params, self._grads)
+        del self._grads
         for t, new in zip(self.params, updated): t.assign(new if new.shape == t.shape else new.reshape(t.shape))
-        return first, extra + self.params + self.buffers
+        return extra + self.params + self.buffers
 
     def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
         """The new value of each param, and the state tensors that must be realized with them."""
@@ -139,8 +144,8 @@ class OptimizerGroup(Optimizer):
     def schedule_step(self) -> list[Tensor]:
         _check_training()
         written = _written_buffers(self.params)
-        parts = [o._schedule_step(written) for o in self.optimizers]
-        return [x for first, _ in parts for x in first] + [x for _, rest in parts for x in rest]
+        if first := [x for o in self.optimizers for x in o._prepare(written)]: Tensor.realize(*first)
+        return [x for o in self.optimizers for x in o._schedule_updates()]
 
 def _newton_schulz(x: Tensor, steps: int, params: tuple, eps: float = 1.0e-7) -> Tensor:
     """Approximately orthogonalize a matrix (batch) with ``steps`` iterations of the odd polynomial

@@ -25,9 +25,10 @@ from fusegrad.schedule.rangeify import build_kernel
 BUFFERS: "weakref.WeakKeyDictionary[UOp, Any]" = weakref.WeakKeyDictionary()
 _buffer_ids = itertools.count()
 
-def new_buffer_uop(device: str, size: int, dtype) -> UOp:
-    """A fresh BUFFER node (each call is a distinct buffer)."""
-    return UOp(Ops.BUFFER, dtypes.concrete(dtype), (), (next(_buffer_ids), device, size))
+def new_buffer_uop(device: str, size, dtype) -> UOp:
+    """A fresh BUFFER node (each call is a distinct buffer). A symbolic size allocates its maximum."""
+    if isinstance(size, UOp): size = int(size.vmax)
+    return UOp(Ops.BUFFER, dtypes.concrete(dtype), (), (next(_buffer_ids), device, max(size, 1)))
 
 def buffer_of(buffer_uop: UOp):
     """The ``Buffer`` object for a BUFFER uop, created (unallocated) on first use."""

@@ -120,8 +120,10 @@ class UOp(metaclass=UOpMetaClass):
     # ---------------------------------------------------------------- shapes (tensor graph)
     @functools.cached_property
     def shape(self) -> tuple | None:
-        """The shape of a tensor-graph UOp (None for kernel-level UOps)."""
-        return _compute_shape(self)
+        """The shape of a tensor-graph UOp (None for kernel-level UOps). Symbolic sizes are UOps."""
+        shape = _compute_shape(self)
+        if shape is None or all(isinstance(s, int) for s in shape): return shape
+        return tuple(s.ssimplify() if isinstance(s, UOp) else s for s in shape)
     @property
     def size(self) -> Any: return prod(self.shape) if self.shape is not None else 1
     @property
@@ -145,8 +147,9 @@ class UOp(metaclass=UOpMetaClass):
     @staticmethod
     def const(dtype: DType, value: Any, device: str | None = None, shape: tuple | None = None) -> "UOp":
         """A constant. With ``device``/``shape`` it is a tensor-graph constant broadcast to ``shape``."""
-        if isinstance(value, UOp):  # a bound variable used as a value
-            ret = value if value.dtype == dtype else value.cast(dtype)
+        if isinstance(value, UOp):  # a symbolic value (bound variables) used as a number
+            if device is not None: ret = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), value)
+            else: ret = value if value.dtype == dtype else value.cast(dtype)
         else:
             value = dtypes.as_const(value, dtype)
             if isinstance(value, float) and dtype.scalar() not in (dtypes.float64, dtypes.weakfloat):
@@ -435,7 +438,11 @@ def render_expr(u: UOp) -> str:
     return f"{u.op.name}({', '.join(render_expr(s) for s in u.src)})"
 
 def pretty_print(u: UOp, max_nodes: int = 200) -> str:
-    """A multi-line listing of a UOp graph, each node once, numbered."""
+    """A multi-line listing of a UOp graph, each node once, numbered (variables print as code)."""
+    if u.op is Ops.DEFINE_VAR: return f"Variable({u.arg[0]!r}, {u.arg[1]}, {u.arg[2]})"
+    if u.op is Ops.BIND and u.src[0].op is Ops.DEFINE_VAR: return f"{pretty_print(u.src[0])}.bind({u.src[1].arg})"
+    if u.dtype == dtypes.index and u.op in (Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX):
+        return f"<{render_expr(u)}>"
     nodes = list(u.toposort)
     if len(nodes) > max_nodes: return f"UOp({u.op}, {u.dtype!r}, <{len(nodes)} nodes>, arg={u.arg!r})"
     if len(nodes) == 1: return f"UOp({u.op}, {u.dtype!r}, arg={u.arg!r})"
