@@ -1,0 +1,243 @@
+"""EXP2, LOG2 and SIN as plain arithmetic, so C compilers can vectorize loops that use them.
+
+A libm call (``exp2f``, ``log2f``, ``sinf``) is an opaque scalar function call: gcc won't vectorize
+a loop around it, and an elementwise ``exp`` runs ~40x slower than memory bandwidth allows. The
+functions here build the same math as a UOp graph of ADD/MUL/FDIV, comparisons, WHERE, CAST,
+BITCAST, TRUNC and integer AND/OR/SHL/SHR, which every renderer already knows and gcc vectorizes.
+
+    xexp2(x)  2**x   range reduction x = n + f, |f| <= 1/2; 2**f by a polynomial; 2**n from exponent bits
+    xlog2(x)  log2 x exponent and mantissa from the bits; log2 of the mantissa by an atanh series fit
+    xsin(x)   sin x  Cody-Waite reduction by pi/2, sin/cos polynomials on [-pi/4, pi/4], quadrant select
+
+float32 and float64 are computed natively; float16 (and bfloat16) are widened to float32, computed
+there and rounded back once. Accuracy, measured by test/codegen/test_transcendental.py against
+numpy's float64 (for float32) and numpy's long double (for float64), rounded to the target dtype:
+
+    float32: exp2 <= 1 ulp on [-150, 130], log2 <= 1 ulp on all positive floats (subnormals too),
+             sin <= 1 ulp on [-1e4, 1e4] (and on [-1e5, 1e5], including the floats nearest to the
+             multiples of pi/2 there).
+    float64: exp2 <= 1 ulp on [-1080, 1030], log2 <= 1 ulp, sin <= 1 ulp on [-1e9, 1e9].
+
+Special values follow C99 Annex F: exp2(+inf) = +inf, exp2(-inf) = 0, exp2 overflows to +inf and
+underflows through the subnormals to 0; log2(+-0) = -inf, log2(x<0) = NaN, log2(+inf) = +inf;
+sin(+-inf) = NaN, sin(-0.0) = -0.0; NaN gives NaN everywhere.
+
+sin outside the Cody-Waite range: the reduction multiplies the quadrant number q = round(x*2/pi)
+by pieces of pi/2 that are short enough for q*piece to be exact while q < 2**16 (float32) or
+q < 2**30 (float64), i.e. |x| < ~1.0e5 / ~1.6e9. Beyond that the reduction is no longer exact and
+the absolute error grows about linearly with |x| (float32: ~1e-4 at 1e6, garbage from ~1e8 on,
+float64: ~1e-7 at 1e16), like any Cody-Waite scheme without Payne-Hanek (not implemented). The
+reduced argument is clamped, so the result always stays in [-1, 1] and finite for finite x.
+
+How to use it (the pipeline does not call it yet): run it over a kernel AST before linearizing, e.g.
+in ``fusegrad.codegen.get_program`` right before ``lower_reduces``::
+
+    from fusegrad.codegen.transcendental import decompose_transcendentals
+    ast = decompose_transcendentals(ast)      # = graph_rewrite(ast, pm_transcendental)
+
+Only scalar dtypes are rewritten (a vector dtype, ``dtype.count > 1``, keeps its EXP2/LOG2/SIN).
+The graphs contain constants of the float dtype and of int32 (plus int64 for float64 bit work), and
+the ops CMPLT, CMPNE, WHERE, ADD, NEG, MUL, FDIV (log2 only), TRUNC (sin only, on floats), CAST
+(float <-> int32, int32 -> int64, int64 -> int32, float16 <-> float32) and BITCAST (float <-> same
+width int), and integer ADD, AND, OR, SHL, SHR. Every right shift is applied to a non-negative value
+and every left shift to a non-negative value that doesn't overflow, and float -> int casts only see
+values well inside int32, so nothing relies on undefined C behavior. Nothing depends on whether
+``a*b+c`` is fused (gcc's -ffp-contract=fast) or on the sign of TRUNC's zero.
+
+The polynomial coefficients were fitted once with ``mpmath.chebyfit`` (Chebyshev interpolation,
+near-minimax) at 50 digits, of the function named in each comment, on the interval named there,
+then rounded to the target dtype; each comment gives the measured worst relative error of the
+rounded polynomial. Reproduce with::
+
+    import mpmath as mp; mp.mp.dps = 50
+    coeffs = mp.chebyfit(f, [a, b], degree + 1)[::-1]    # lowest order first
+"""
+from __future__ import annotations
+import math
+from fusegrad.dtype import DType, dtypes
+from fusegrad.uop.ops import UOp, Ops, UPat, PatternMatcher, graph_rewrite
+
+# ---------------------------------------------------------------- small builders
+# UOp.const, not .const_like: const_like computes the (tensor) shape, which recurses through the
+# whole graph, and these graphs are deep.
+
+def _c(dtype: DType, value) -> UOp: return UOp.const(dtype, value)
+
+def _where(cond: UOp, a, b) -> UOp:
+    dt = a.dtype if isinstance(a, UOp) else b.dtype
+    return UOp(Ops.WHERE, dt, (cond, a if isinstance(a, UOp) else _c(dt, a), b if isinstance(b, UOp) else _c(dt, b)))
+
+def _poly(x: UOp, coeffs: tuple[float, ...]) -> UOp:
+    """c0 + c1*x + c2*x**2 + ... by Horner's rule (coefficients lowest order first)."""
+    acc = _c(x.dtype, coeffs[-1])
+    for c in reversed(coeffs[:-1]): acc = acc * x + _c(x.dtype, c)
+    return acc
+
+def _isnan(x: UOp) -> UOp: return x.ne(x)
+
+# (int dtype of the same width, mantissa bits, exponent bias)
+_BITS = {dtypes.float32: (dtypes.int32, 23, 127), dtypes.float64: (dtypes.int64, 52, 1023)}
+
+def _pow2(k: UOp, dtype: DType) -> UOp:
+    """2**k as a float of ``dtype`` from an int32 exponent k that is a normal exponent of ``dtype``:
+    the biased exponent k+bias is in [1, 2*bias] and is shifted into place; the mantissa bits are 0."""
+    idt, mbits, bias = _BITS[dtype]
+    return ((k + bias).cast(idt) << _c(idt, mbits)).bitcast(dtype)
+
+# ---------------------------------------------------------------- exp2
+
+# 2**f = 1 + f*E(f) with E(f) = (2**f - 1)/f on [-0.51, 0.51] (|f| <= 1/2, plus a margin for the
+# rounding of n below). E(0) = ln 2. Worst relative error of the rounded E:
+# float32, degree 5: 2.4e-8 (dominated by rounding ln 2 to float32); it enters the result
+#   multiplied by f*E/2**f <= 0.25, so it costs < 0.1 ulp.
+_EXP2_F32 = (0.6931471824645996, 0.24022650718688965, 0.05550352856516838, 0.009618078358471394,
+             0.0013393183471634984, 0.0001545517152408138)
+# float64, degree 10: 7.6e-17 -> < 0.2 ulp of the result.
+_EXP2_F64 = (0.6931471805599453, 0.24022650695910105, 0.0555041086648216, 0.009618129107603181,
+             0.0013333558146414958, 0.00015403530447840298, 1.525273383308984e-05, 1.3215438941286664e-06,
+             1.017806050210123e-07, 7.073300850389992e-09, 4.455341656697629e-10)
+
+def xexp2(x: UOp) -> UOp:
+    """2**x for a float32 or float64 UOp.
+
+    x is clamped to [lo, hi] first: below lo the result is 0 even after rounding (the smallest
+    subnormal is 2**-149 / 2**-1074, and 2**-150 / 2**-1075 already rounds to 0), above hi it is
+    +inf. That keeps n in a small int32 range. n = round(x) (half away from zero, by casting
+    x +- 0.5 to int, which truncates), f = x - n is exact (n is an integer next to x).
+    2**n is applied as 2**(n>>1) * 2**(n - (n>>1)): both halves are normal exponents even when
+    2**n itself is subnormal or overflows, the first product p*2**(n>>1) is exact, and the second
+    rounds once, so subnormal results are correctly rounded and overflow becomes +inf by IEEE
+    arithmetic. NaN is swapped for 0 for the computation and put back at the end."""
+    dt = x.dtype
+    lo, hi, coeffs = (-160.0, 130.0, _EXP2_F32) if dt == dtypes.float32 else (-1100.0, 1030.0, _EXP2_F64)
+    nan = _isnan(x)
+    xc = _where(nan, 0.0, x)
+    xc = _where(xc < _c(dt, lo), lo, xc)
+    xc = _where(_c(dt, hi) < xc, hi, xc)
+    n = (xc + _where(xc < _c(dt, 0.0), -0.5, 0.5)).cast(dtypes.int32)
+    f = xc - n.cast(dt)
+    p = f * _poly(f, coeffs) + _c(dt, 1.0)
+    # n1 = floor(n/2); n + 2048 > 0, so the shift sees a non-negative number (a right shift of a
+    # negative int is implementation defined in C)
+    n1 = ((n + 2048) >> _c(dtypes.int32, 1)) - 1024
+    n2 = n - n1
+    ret = p * _pow2(n1, dt) * _pow2(n2, dt)
+    return _where(nan, x, ret)
+
+# ---------------------------------------------------------------- log2
+
+# log2(m) for m in [sqrt(1/2), sqrt(2)): with t = (m-1)/(m+1), m = (1+t)/(1-t) and
+# log2(m) = 2*atanh(t)/ln 2 = t*R(t*t) with R(s) = 2*atanh(sqrt(s))/(sqrt(s)*ln 2), an even series
+# (2/ln 2)(1 + s/3 + s**2/5 + ...). |t| <= (sqrt(2)-1)/(sqrt(2)+1), so s <= 0.0294373; fitted on
+# [0, 0.0294373*1.001]. Worst relative error of the rounded R:
+# float32, degree 3 (t .. t**7): 1.3e-8.
+_LOG2_F32 = (2.885390043258667, 0.9617988467216492, 0.5767144560813904, 0.43173786997795105)
+# float64, degree 7 (t .. t**15): 1.4e-17.
+_LOG2_F64 = (2.8853900817779268, 0.9617966939259899, 0.5770780163454586, 0.41219858585486296, 0.3205985334227465,
+             0.2623344335728468, 0.2209109142370262, 0.21368163909696675)
+
+def xlog2(x: UOp) -> UOp:
+    """log2(x) for a float32 or float64 UOp.
+
+    Subnormal inputs are multiplied by 2**64 first (exact, and then normal: 2**-149 * 2**64 and
+    2**-1074 * 2**64 are normal) and 64 is taken off the exponent. The exponent field gives e, the
+    mantissa field with a zero exponent gives m in [1, 2); m > sqrt(2) is halved (e + 1) so that
+    m is in [sqrt(1/2), sqrt(2)] and |log2 m| <= 1/2: then e + log2 m never cancels badly.
+    m - 1 is exact (Sterbenz), m + 1 and the division round once each."""
+    dt = x.dtype
+    idt, mbits, bias = _BITS[dt]
+    coeffs = _LOG2_F32 if dt == dtypes.float32 else _LOG2_F64
+    min_normal = 2.0 ** (1 - bias)
+    sub = x < _c(dt, min_normal)
+    xs = _where(sub, x * _c(dt, 2.0 ** 64), x)
+    bits = xs.bitcast(idt)
+    # drop the sign bit before the shift (negative x is answered below): a right shift of a negative
+    # int is implementation defined in C
+    e = ((bits & _c(idt, 2 ** (idt.itemsize * 8 - 1) - 1)) >> _c(idt, mbits)).cast(dtypes.int32) - bias
+    m = ((bits & _c(idt, (1 << mbits) - 1)) | _c(idt, bias << mbits)).bitcast(dt)
+    big = _c(dt, math.sqrt(2.0)) < m
+    m = _where(big, m * _c(dt, 0.5), m)
+    e = e + _where(big, _c(dtypes.int32, 1), _c(dtypes.int32, 0)) - _where(sub, _c(dtypes.int32, 64), _c(dtypes.int32, 0))
+    t = (m - _c(dt, 1.0)) / (m + _c(dt, 1.0))
+    ret = t * _poly(t * t, coeffs) + e.cast(dt)
+    ret = _where(x.eq(_c(dt, math.inf)), math.inf, ret)
+    ret = _where(x.eq(_c(dt, 0.0)), -math.inf, ret)
+    ret = _where(x < _c(dt, 0.0), math.nan, ret)
+    return _where(_isnan(x), x, ret)
+
+# ---------------------------------------------------------------- sin
+
+# Cody-Waite pieces of pi/2: each but the last has few enough significant bits that q*piece is
+# exact for every quadrant number q in range (q < 2**16 for float32: 8 bits per piece; q < 2**30
+# for float64: 23 bits), so x - q*c1 - q*c2 - ... subtracts exact products; each piece is the
+# previous remainder pi/2 - c1 - ... rounded to that many bits, the last is the remainder rounded
+# to the dtype. float32: 5 pieces of 8 bits + 1 -> |pi/2 - sum| ~ 1e-22 (error q*1e-22 <= 7e-18).
+_PIO2_F32 = (1.5703125, 0.000484466552734375, -6.407499313354492e-07, 9.89530235528946e-10, 2.5579538487363607e-12,
+             5.390302953474238e-15)
+# float64: 4 pieces of 23 bits + 1 -> |pi/2 - sum| ~ 7e-46 (error q*7e-46 <= 8e-37).
+_PIO2_F64 = (1.570796251296997, 7.549789415861596e-08, 5.390302529957765e-15, 3.2820036682434026e-22,
+             -1.2536990206932499e-29)
+
+# sin(r) = r + r*s*P(s), cos(r) = 1 + s*(-1/2 + s*Q(s)), s = r*r, with
+# P(s) = (sin(sqrt s) - sqrt s)/s**1.5 and Q(s) = (cos(sqrt s) - 1 + s/2)/s**2, fitted on [0, rmax**2].
+# |r| <= pi/4 plus the rounding of x*2/pi: at |x| = 1e5 in float32 that is < 0.01, so float32 uses
+# rmax = 0.9 and float64 (|x|*2/pi is fine to 2**-23 up to 1e9) rmax = 0.8.
+# float32, degree 3 (r**3 .. r**9): P 3.2e-8, Q 3.2e-8 relative, i.e. < 0.03 ulp of sin/cos.
+_SIN_F32 = (-0.1666666716337204, 0.008333330042660236, -0.00019839234300889075, 2.7154360395797994e-06)
+_COS_F32 = (0.0416666679084301, -0.0013888885732740164, 2.4799888706183992e-05, -2.722117642406374e-07)
+# float64, degree 6 (r**3 .. r**15, and cos to r**16): P 5.9e-17, Q 5.6e-17 relative (coefficient rounding).
+_SIN_F64 = (-0.16666666666666666, 0.008333333333333331, -0.000198412698412641, 2.7557319218602575e-06,
+            -2.5052105981350752e-08, 1.6058492556729892e-10, -7.584436884170301e-13)
+_COS_F64 = (0.041666666666666664, -0.0013888888888888887, 2.480158730158411e-05, -2.7557319220993294e-07,
+            2.0876755651474404e-09, -1.1470439169481705e-11, 4.7446152351836426e-14)
+
+def xsin(x: UOp) -> UOp:
+    """sin(x) for a float32 or float64 UOp.
+
+    q = round(x * 2/pi) (half away from zero, with TRUNC, so huge x never meets an int cast),
+    r = x - q*pi/2 by Cody-Waite (see _PIO2_*), then by the quadrant q mod 4:
+    sin(r), cos(r), -sin(r), -cos(r). q mod 4 = q - 4*trunc(q/4) is exact in floating point for
+    every q (for q >= 2**24 / 2**53 it is 0, which is then as good as anything), and lies in
+    (-4, 4) before its cast to int32; & 3 makes negative residues positive (two's complement).
+    Infinite and NaN x are replaced by 0 for the computation and give NaN; x = +-0 returns x."""
+    dt = x.dtype
+    f32 = dt == dtypes.float32
+    pio2, sc, cc, rmax = (_PIO2_F32, _SIN_F32, _COS_F32, 0.9) if f32 else (_PIO2_F64, _SIN_F64, _COS_F64, 0.8)
+    bad = _isnan(x) | x.eq(_c(dt, math.inf)) | x.eq(_c(dt, -math.inf))
+    xs = _where(bad, 0.0, x)
+    y = xs * _c(dt, 2.0 / math.pi)
+    q = (y + _where(y < _c(dt, 0.0), -0.5, 0.5)).alu(Ops.TRUNC)
+    r = xs
+    for c in pio2: r = r - q * _c(dt, c)
+    # only |x| far outside the exact range gets here (with an inaccurate r anyway): stay finite
+    r = _where(r < _c(dt, -rmax), -rmax, r)
+    r = _where(_c(dt, rmax) < r, rmax, r)
+    quadrant = (q - (q * _c(dt, 0.25)).alu(Ops.TRUNC) * _c(dt, 4.0)).cast(dtypes.int32) & _c(dtypes.int32, 3)
+    s = r * r
+    sin_r = r * s * _poly(s, sc) + r
+    cos_r = s * (s * _poly(s, cc) + _c(dt, -0.5)) + _c(dt, 1.0)
+    ret = _where((quadrant & _c(dtypes.int32, 1)).ne(_c(dtypes.int32, 0)), cos_r, sin_r)
+    ret = _where((quadrant & _c(dtypes.int32, 2)).ne(_c(dtypes.int32, 0)), -ret, ret)
+    ret = _where(x.eq(_c(dt, 0.0)), x, ret)
+    return _where(bad, math.nan, ret)
+
+# ---------------------------------------------------------------- the rewrite
+
+_NATIVE = (dtypes.float32, dtypes.float64)
+_WIDENED = (dtypes.float16, dtypes.bfloat16)
+
+def _decompose(fn):
+    def rewrite(u: UOp, x: UOp) -> UOp | None:
+        if u.dtype.count != 1 or x.dtype != u.dtype: return None
+        if u.dtype in _NATIVE: return fn(x)
+        if u.dtype in _WIDENED: return fn(x.cast(dtypes.float32)).cast(u.dtype)
+        return None
+    return rewrite
+
+pm_transcendental = PatternMatcher([
+    (UPat(op, dtype=_NATIVE + _WIDENED, src=(UPat.var("x"),), name="u"), _decompose(fn))
+    for op, fn in ((Ops.EXP2, xexp2), (Ops.LOG2, xlog2), (Ops.SIN, xsin))])
+
+def decompose_transcendentals(sink: UOp) -> UOp:
+    """Rewrite every scalar float EXP2/LOG2/SIN under ``sink`` into arithmetic (see the module docstring)."""
+    return graph_rewrite(sink, pm_transcendental)
