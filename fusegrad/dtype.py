@@ -17,7 +17,7 @@ from typing import Any, Final
 
 ConstType = float | int | bool
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True, eq=False)
 class DType:
     """One scalar or vector type. ``dtypes.float32.vec(4)`` is a float4 used by vectorized code."""
     priority: int
@@ -26,6 +26,16 @@ class DType:
     fmt: str | None
     count: int = 1
     _scalar: "DType | None" = None
+
+    # dtypes are compared and hashed constantly: precompute a key instead of comparing fields
+    def _fields(self) -> tuple: return (type(self).__name__, self.priority, self.itemsize, self.name, self.fmt, self.count, self._scalar)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_key", self._fields())
+        object.__setattr__(self, "_hash", hash(self._key))
+    def __hash__(self) -> int: return self._hash  # type: ignore[attr-defined]
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, DType) and self._hash == other._hash and self._key == other._key)  # type: ignore[attr-defined]
+    def __ne__(self, other: object) -> bool: return not self.__eq__(other)
 
     def __repr__(self) -> str:
         if self.count > 1: return f"dtypes.{self.scalar().name}.vec({self.count})"
@@ -48,20 +58,22 @@ class DType:
     @property
     def nbytes(self) -> int: raise RuntimeError("use .itemsize for a DType")
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True, eq=False)
 class PtrDType(DType):
     """A pointer to a buffer of ``_base`` in global (or local, shared) memory with ``size`` elements."""
     _base: DType = None  # type: ignore[assignment]
     local: bool = False
     size: int = -1
+    def _fields(self) -> tuple: return super()._fields() + (self._base, self.local, self.size)
     @property
     def base(self) -> DType: return self._base
     def __repr__(self) -> str: return f"{self._base!r}.ptr({self.size}{', local=True' if self.local else ''})"
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True, eq=False)
 class ImageDType(PtrDType):
     """An OpenCL image (kept for API compatibility; fusegrad's CPU backends never create one)."""
     shape: tuple[int, ...] = ()
+    def _fields(self) -> tuple: return super()._fields() + (self.shape,)
 
 class dtypes:
     """Every dtype fusegrad knows, plus helpers (``is_float``, ``min``, ``max``, ``finfo`` ...)."""
@@ -108,14 +120,14 @@ class dtypes:
     @staticmethod
     def is_float(x: DType) -> bool:
         """``dtypes.is_float(dtypes.half) is True``"""
-        return x.scalar() in dtypes.floats or x.scalar() == dtypes.weakfloat
+        return x.scalar() in _FLOAT_SET
     @staticmethod
     def is_int(x: DType) -> bool:
         """``dtypes.is_int(dtypes.uint8) is True`` (bool is not an int)."""
-        return x.scalar() in dtypes.ints or x.scalar() in (dtypes.weakint, dtypes.index)
+        return x.scalar() in _INT_SET
     @staticmethod
     def is_unsigned(x: DType) -> bool:
-        return x.scalar() in dtypes.uints
+        return x.scalar() in _UINT_SET
     @staticmethod
     def is_bool(x: DType) -> bool:
         return x.scalar() == dtypes.bool
@@ -172,6 +184,10 @@ class dtypes:
         return FINFO[dtype]
     @staticmethod
     def fields() -> dict[str, DType]: return dict(DTYPES_DICT)
+
+_FLOAT_SET = frozenset(dtypes.floats + (dtypes.weakfloat,))
+_INT_SET = frozenset(dtypes.ints + (dtypes.weakint, dtypes.index))
+_UINT_SET = frozenset(dtypes.uints)
 
 FINFO = {dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23), dtypes.float64: (11, 52),
          dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2), dtypes.fp8e4m3fnuz: (4, 3), dtypes.fp8e5m2fnuz: (5, 2)}

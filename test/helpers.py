@@ -93,19 +93,22 @@ def helper_test_op(shapes, torch_fn, fusegrad_fn=None, atol=1e-6, rtol=1e-3, gra
     torch_out, fg_out = torch_fn(*torch_inputs), fusegrad_fn(*fg_inputs)
     assert isinstance(fg_out, Tensor), f"fusegrad_fn returned {type(fg_out)}"
     assert tuple(fg_out.shape) == tuple(torch_out.shape), f"shape mismatch: fusegrad {fg_out.shape} vs torch {tuple(torch_out.shape)}"
-    got, want = fg_out.numpy(), torch_out.detach().numpy()
+    want = torch_out.detach().numpy()
+    float_idx = [i for i, x in enumerate(np_inputs) if np.issubdtype(x.dtype, np.floating)]
+    fg_grads = []
+    if not forward_only and np.issubdtype(want.dtype, np.floating) and float_idx and torch_out.requires_grad:
+        # build the gradient graph before realizing the output: realizing replaces its graph with a buffer
+        weights = rng.uniform(-1, 1, size=tuple(torch_out.shape)).astype(np.float32)
+        (torch_out * torch.tensor(weights)).sum().backward()
+        fg_grads = (fg_out * Tensor(weights)).sum().gradient(*[fg_inputs[i] for i in float_idx], materialize_grads=True)
+    got = fg_out.numpy()
     if np.issubdtype(want.dtype, np.floating):
         np.testing.assert_allclose(got, want, atol=atol, rtol=rtol, equal_nan=True, err_msg="forward pass mismatch")
     else:
         np.testing.assert_array_equal(got, want, err_msg="forward pass mismatch")
-    if forward_only or not np.issubdtype(want.dtype, np.floating): return fg_out
-    float_idx = [i for i, x in enumerate(np_inputs) if np.issubdtype(x.dtype, np.floating)]
-    if not float_idx: return fg_out
-    weights = rng.uniform(-1, 1, size=tuple(torch_out.shape)).astype(np.float32)
-    (torch_out * torch.tensor(weights)).sum().backward()
-    fg_grads = (fg_out * Tensor(weights)).sum().gradient(*[fg_inputs[i] for i in float_idx], materialize_grads=True)
     for i, g in zip(float_idx, fg_grads):
         tg = torch_inputs[i].grad
         want_g = np.zeros_like(np_inputs[i]) if tg is None else tg.numpy()
+        assert tuple(g.shape) == want_g.shape, f"gradient shape mismatch for input {i}: {g.shape} vs {want_g.shape}"
         np.testing.assert_allclose(g.numpy(), want_g, atol=grad_atol, rtol=grad_rtol, err_msg=f"gradient mismatch for input {i}")
     return fg_out

@@ -63,8 +63,9 @@ from fusegrad.uop.ops import UOp, Ops, UPat, PatternMatcher, graph_rewrite
 
 def _c(dtype: DType, value) -> UOp: return UOp.const(dtype, value)
 
-def _where(cond: UOp, a, b) -> UOp:
-    dt = a.dtype if isinstance(a, UOp) else b.dtype
+def _where(cond: UOp, a, b, dt: DType | None = None) -> UOp:
+    """cond ? a : b, where a or b may be Python numbers (then of the other branch's dtype, or ``dt``)."""
+    dt = a.dtype if isinstance(a, UOp) else b.dtype if isinstance(b, UOp) else dt
     return UOp(Ops.WHERE, dt, (cond, a if isinstance(a, UOp) else _c(dt, a), b if isinstance(b, UOp) else _c(dt, b)))
 
 def _poly(x: UOp, coeffs: tuple[float, ...]) -> UOp:
@@ -114,7 +115,7 @@ def xexp2(x: UOp) -> UOp:
     xc = _where(nan, 0.0, x)
     xc = _where(xc < _c(dt, lo), lo, xc)
     xc = _where(_c(dt, hi) < xc, hi, xc)
-    n = (xc + _where(xc < _c(dt, 0.0), -0.5, 0.5)).cast(dtypes.int32)
+    n = (xc + _where(xc < _c(dt, 0.0), -0.5, 0.5, dt)).cast(dtypes.int32)
     f = xc - n.cast(dt)
     p = f * _poly(f, coeffs) + _c(dt, 1.0)
     # n1 = floor(n/2); n + 2048 > 0, so the shift sees a non-negative number (a right shift of a
@@ -157,7 +158,7 @@ def xlog2(x: UOp) -> UOp:
     m = ((bits & _c(idt, (1 << mbits) - 1)) | _c(idt, bias << mbits)).bitcast(dt)
     big = _c(dt, math.sqrt(2.0)) < m
     m = _where(big, m * _c(dt, 0.5), m)
-    e = e + _where(big, _c(dtypes.int32, 1), _c(dtypes.int32, 0)) - _where(sub, _c(dtypes.int32, 64), _c(dtypes.int32, 0))
+    e = e + _where(big, 1, 0, dtypes.int32) - _where(sub, 64, 0, dtypes.int32)
     t = (m - _c(dt, 1.0)) / (m + _c(dt, 1.0))
     ret = t * _poly(t * t, coeffs) + e.cast(dt)
     ret = _where(x.eq(_c(dt, math.inf)), math.inf, ret)
@@ -206,7 +207,7 @@ def xsin(x: UOp) -> UOp:
     bad = _isnan(x) | x.eq(_c(dt, math.inf)) | x.eq(_c(dt, -math.inf))
     xs = _where(bad, 0.0, x)
     y = xs * _c(dt, 2.0 / math.pi)
-    q = (y + _where(y < _c(dt, 0.0), -0.5, 0.5)).alu(Ops.TRUNC)
+    q = (y + _where(y < _c(dt, 0.0), -0.5, 0.5, dt)).alu(Ops.TRUNC)
     r = xs
     for c in pio2: r = r - q * _c(dt, c)
     # only |x| far outside the exact range gets here (with an inaccurate r anyway): stay finite

@@ -1,0 +1,1 @@
+"""Runnable programs: ``python -m fusegrad.examples.NAME``."""
