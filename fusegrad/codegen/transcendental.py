@@ -127,27 +127,34 @@ def xexp2(x: UOp) -> UOp:
 
 # ---------------------------------------------------------------- log2
 
-# log2(m) for m in [sqrt(1/2), sqrt(2)): with t = (m-1)/(m+1), m = (1+t)/(1-t) and
-# log2(m) = 2*atanh(t)/ln 2 = t*R(t*t) with R(s) = 2*atanh(sqrt(s))/(sqrt(s)*ln 2), an even series
-# (2/ln 2)(1 + s/3 + s**2/5 + ...). |t| <= (sqrt(2)-1)/(sqrt(2)+1), so s <= 0.0294373; fitted on
-# [0, 0.0294373*1.001]. Worst relative error of the rounded R:
-# float32, degree 3 (t .. t**7): 1.3e-8.
-_LOG2_F32 = (2.885390043258667, 0.9617988467216492, 0.5767144560813904, 0.43173786997795105)
-# float64, degree 7 (t .. t**15): 1.4e-17.
-_LOG2_F64 = (2.8853900817779268, 0.9617966939259899, 0.5770780163454586, 0.41219858585486296, 0.3205985334227465,
-             0.2623344335728468, 0.2209109142370262, 0.21368163909696675)
+# ln(1+u) for 1+u in [sqrt(1/2), sqrt(2)], in the form u - u*u/2 + z*(u*u/2 + R(z*z)) with
+# z = u/(2+u): since 2*z = u - z*u and ln(1+u) = 2*atanh(z) = 2z + 2z**3/3 + ..., it holds with
+# R(w) = 2*atanh(sqrt w)/sqrt(w) - 2 = 2w/3 + 2w**2/5 + ...; here R(w) = w*K(w).
+# |z| <= (sqrt(2)-1)/(sqrt(2)+1), w <= 0.0294373; K fitted on [0, 0.0294373*1.001]. Worst relative
+# error of the rounded K (it enters ln(1+u) scaled by z*w*K/ln(1+u) < 0.01, so it hardly counts):
+# float32, degree 2 (up to z**7): 3.0e-7 -> 3e-9 of the result, < 0.05 ulp.
+_LOG_F32 = (0.6666668653488159, 0.3998875916004181, 0.29580986499786377)
+# float64, degree 6 (up to z**15): 4.7e-16 -> 5e-18 of the result, < 0.05 ulp.
+_LOG_F64 = (0.666666666666667, 0.3999999999989889, 0.28571428626253836, 0.22222211089379496, 0.1818289243253687,
+            0.15331611722055008, 0.14617807153417325)
+# 1/ln 2 = hi + lo with hi short enough that hi*h is exact for the short h below: float32 keeps 12
+# significant bits of both, float64 32 bits of hi and 21 of h (12+12 <= 24, 32+21 <= 53).
+_INVLN2_F32 = (1.4423828125, 0.00031222839606925845)
+_INVLN2_F64 = (1.4426950407214463, 1.6751713164886512e-10)
 
 def xlog2(x: UOp) -> UOp:
     """log2(x) for a float32 or float64 UOp.
 
     Subnormal inputs are multiplied by 2**64 first (exact, and then normal: 2**-149 * 2**64 and
     2**-1074 * 2**64 are normal) and 64 is taken off the exponent. The exponent field gives e, the
-    mantissa field with a zero exponent gives m in [1, 2); m > sqrt(2) is halved (e + 1) so that
-    m is in [sqrt(1/2), sqrt(2)] and |log2 m| <= 1/2: then e + log2 m never cancels badly.
-    m - 1 is exact (Sterbenz), m + 1 and the division round once each."""
+    mantissa field with a zero exponent gives m in [1, 2); m > sqrt(2) is halved (e + 1), so that
+    u = m - 1 (exact, Sterbenz) is in [sqrt(1/2)-1, sqrt(2)-1] and |log2 m| <= 1/2: e + log2 m then
+    never cancels badly. The leading part u - u*u/2 of ln(1+u) is cut to a short h (low mantissa
+    bits cleared), h*hi(1/ln 2) is exact, and all the rest (the bits cut off, the series, the low part
+    of 1/ln 2) is summed on the side: the result rounds about once, not once per step."""
     dt = x.dtype
     idt, mbits, bias = _BITS[dt]
-    coeffs = _LOG2_F32 if dt == dtypes.float32 else _LOG2_F64
+    kc, (ivhi, ivlo), cut = (_LOG_F32, _INVLN2_F32, 12) if dt == dtypes.float32 else (_LOG_F64, _INVLN2_F64, 32)
     min_normal = 2.0 ** (1 - bias)
     sub = x < _c(dt, min_normal)
     xs = _where(sub, x * _c(dt, 2.0 ** 64), x)
@@ -159,8 +166,14 @@ def xlog2(x: UOp) -> UOp:
     big = _c(dt, math.sqrt(2.0)) < m
     m = _where(big, m * _c(dt, 0.5), m)
     e = e + _where(big, 1, 0, dtypes.int32) - _where(sub, 64, 0, dtypes.int32)
-    t = (m - _c(dt, 1.0)) / (m + _c(dt, 1.0))
-    ret = t * _poly(t * t, coeffs) + e.cast(dt)
+    u = m - _c(dt, 1.0)
+    z = u / (u + _c(dt, 2.0))
+    w = z * z
+    hfsq = _c(dt, 0.5) * u * u
+    # h: u - hfsq with the low `cut` mantissa bits cleared (AND with -2**cut keeps sign and exponent)
+    h = ((u - hfsq).bitcast(idt) & _c(idt, -(2 ** cut))).bitcast(dt)
+    lo = (u - h) - hfsq + z * (hfsq + w * _poly(w, kc))          # ln(1+u) = h + lo; u - h is exact
+    ret = (lo + h) * _c(dt, ivlo) + lo * _c(dt, ivhi) + h * _c(dt, ivhi) + e.cast(dt)
     ret = _where(x.eq(_c(dt, math.inf)), math.inf, ret)
     ret = _where(x.eq(_c(dt, 0.0)), -math.inf, ret)
     ret = _where(x < _c(dt, 0.0), math.nan, ret)
@@ -168,18 +181,23 @@ def xlog2(x: UOp) -> UOp:
 
 # ---------------------------------------------------------------- sin
 
-# Cody-Waite pieces of pi/2: each but the last has few enough significant bits that q*piece is
-# exact for every quadrant number q in range (q < 2**16 for float32: 8 bits per piece; q < 2**30
-# for float64: 23 bits), so x - q*c1 - q*c2 - ... subtracts exact products; each piece is the
-# previous remainder pi/2 - c1 - ... rounded to that many bits, the last is the remainder rounded
-# to the dtype. float32: 5 pieces of 8 bits + 1 -> |pi/2 - sum| ~ 1e-22 (error q*1e-22 <= 7e-18).
-_PIO2_F32 = (1.5703125, 0.000484466552734375, -6.407499313354492e-07, 9.89530235528946e-10, 2.5579538487363607e-12,
-             5.390302953474238e-15)
-# float64: 4 pieces of 23 bits + 1 -> |pi/2 - sum| ~ 7e-46 (error q*7e-46 <= 8e-37).
-_PIO2_F64 = (1.570796251296997, 7.549789415861596e-08, 5.390302529957765e-15, 3.2820036682434026e-22,
-             -1.2536990206932499e-29)
+# Cody-Waite pieces of pi/2. Piece k is the remainder pi/2 - c1 - ... - c(k-1) rounded to a multiple
+# of 2**-L(k); the last one is the remainder rounded to the dtype. Every piece but the last has few
+# enough significant bits that q*piece is exact for every quadrant number q in range:
+# float32: L = 7, 15, 23, 31, 39, 47, each piece <= 8 bits, q < 2**16 (|x| < ~1.0e5).
+#   residual |pi/2 - sum| = 1.1e-23, so q*residual < 7e-19 = 2**-60.
+_PIO2_F32 = (1.5703125, 0.00048828125, -4.410743713378906e-06, -4.377216100692749e-08, 6.002665031701326e-11,
+             7.460698725481052e-13, -1.7151245100058819e-15)
+# float64: L = 22, 44, 68, 91, each piece <= 23 bits, q < 2**30 (|x| < ~1.6e9).
+#   residual 4.9e-45, q*residual < 6e-36 = 2**-117.
+_PIO2_F64 = (1.570796251296997, 7.549789415861596e-08, 5.390304224023659e-15, -1.3658654267100645e-21,
+             -1.1351118607522202e-28)
+# x - q*c1 - q*c2 - ... : while the running remainder's grid 2**-L(k) holds it in the mantissa
+# (|remainder| < 1, so L(k) <= 23 for float32 and <= 52 for float64) each step is exact. Later
+# steps may round; they run as TwoSum, which returns the rounding error too, collected in r_lo.
+_EXACT_STEPS = {dtypes.float32: 3, dtypes.float64: 2}
 
-# sin(r) = r + r*s*P(s), cos(r) = 1 + s*(-1/2 + s*Q(s)), s = r*r, with
+# sin(r) = r + r*s*P(s), cos(r) = 1 - s/2 + s*s*Q(s), s = r*r, with
 # P(s) = (sin(sqrt s) - sqrt s)/s**1.5 and Q(s) = (cos(sqrt s) - 1 + s/2)/s**2, fitted on [0, rmax**2].
 # |r| <= pi/4 plus the rounding of x*2/pi: at |x| = 1e5 in float32 that is < 0.01, so float32 uses
 # rmax = 0.9 and float64 (|x|*2/pi is fine to 2**-23 up to 1e9) rmax = 0.8.
@@ -192,15 +210,22 @@ _SIN_F64 = (-0.16666666666666666, 0.008333333333333331, -0.000198412698412641, 2
 _COS_F64 = (0.041666666666666664, -0.0013888888888888887, 2.480158730158411e-05, -2.7557319220993294e-07,
             2.0876755651474404e-09, -1.1470439169481705e-11, 4.7446152351836426e-14)
 
+def _two_sum(a: UOp, b: UOp) -> tuple[UOp, UOp]:
+    """(a+b rounded, its rounding error) exactly, for any magnitudes (Knuth's TwoSum)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
 def xsin(x: UOp) -> UOp:
     """sin(x) for a float32 or float64 UOp.
 
     q = round(x * 2/pi) (half away from zero, with TRUNC, so huge x never meets an int cast),
-    r = x - q*pi/2 by Cody-Waite (see _PIO2_*), then by the quadrant q mod 4:
-    sin(r), cos(r), -sin(r), -cos(r). q mod 4 = q - 4*trunc(q/4) is exact in floating point for
-    every q (for q >= 2**24 / 2**53 it is 0, which is then as good as anything), and lies in
-    (-4, 4) before its cast to int32; & 3 makes negative residues positive (two's complement).
-    Infinite and NaN x are replaced by 0 for the computation and give NaN; x = +-0 returns x."""
+    r = x - q*pi/2 = r_hi + r_lo by Cody-Waite (see _PIO2_*), then by the quadrant q mod 4:
+    sin(r), cos(r), -sin(r), -cos(r), with r_lo entering to first order (sin(r_hi+r_lo) ~
+    sin(r_hi) + r_lo*cos(r_hi), cos(r_hi+r_lo) ~ cos(r_hi) - r_lo*r_hi). q mod 4 = q - 4*trunc(q/4)
+    is exact in floating point for every q (for q >= 2**24 / 2**53 it is 0, as good as anything
+    there), lies in (-4, 4) before its cast to int32, and & 3 makes negative residues positive (two's
+    complement). Infinite and NaN x are replaced by 0 for the computation and give NaN; +-0 returns x."""
     dt = x.dtype
     f32 = dt == dtypes.float32
     pio2, sc, cc, rmax = (_PIO2_F32, _SIN_F32, _COS_F32, 0.9) if f32 else (_PIO2_F64, _SIN_F64, _COS_F64, 0.8)
@@ -208,15 +233,27 @@ def xsin(x: UOp) -> UOp:
     xs = _where(bad, 0.0, x)
     y = xs * _c(dt, 2.0 / math.pi)
     q = (y + _where(y < _c(dt, 0.0), -0.5, 0.5, dt)).alu(Ops.TRUNC)
-    r = xs
-    for c in pio2: r = r - q * _c(dt, c)
-    # only |x| far outside the exact range gets here (with an inaccurate r anyway): stay finite
+    r, r_lo = xs, _c(dt, 0.0)
+    for k, c in enumerate(pio2):
+        if k < _EXACT_STEPS[dt]: r = r - q * _c(dt, c)
+        elif k < len(pio2) - 1:
+            r, err = _two_sum(r, -(q * _c(dt, c)))
+            r_lo = r_lo + err
+        else: r_lo = r_lo - q * _c(dt, c)
+    # In range |r| <= rmax and |r_lo| is a few ulp of r (+ q*last piece, tiny). Only |x| far outside
+    # the exact range (where r is inaccurate anyway) breaks that: clamp both to keep sin in [-1, 1].
+    lo_max = 2.0 ** -20 if f32 else 2.0 ** -49
     r = _where(r < _c(dt, -rmax), -rmax, r)
     r = _where(_c(dt, rmax) < r, rmax, r)
+    r_lo = _where(r_lo < _c(dt, -lo_max), -lo_max, r_lo)
+    r_lo = _where(_c(dt, lo_max) < r_lo, lo_max, r_lo)
     quadrant = (q - (q * _c(dt, 0.25)).alu(Ops.TRUNC) * _c(dt, 4.0)).cast(dtypes.int32) & _c(dtypes.int32, 3)
     s = r * r
-    sin_r = r * s * _poly(s, sc) + r
-    cos_r = s * (s * _poly(s, cc) + _c(dt, -0.5)) + _c(dt, 1.0)
+    # cos: 1 - s/2 is summed with its rounding error recovered ((1 - v) - hs is exact for s/2 <= 1/2)
+    hs = _c(dt, 0.5) * s
+    v = _c(dt, 1.0) - hs
+    cos_r = v + (((_c(dt, 1.0) - v) - hs) + (s * s * _poly(s, cc) - r * r_lo))
+    sin_r = r + (r * s * _poly(s, sc) + r_lo * cos_r)
     ret = _where((quadrant & _c(dtypes.int32, 1)).ne(_c(dtypes.int32, 0)), cos_r, sin_r)
     ret = _where((quadrant & _c(dtypes.int32, 2)).ne(_c(dtypes.int32, 0)), -ret, ret)
     ret = _where(x.eq(_c(dt, 0.0)), x, ret)

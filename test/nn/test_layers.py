@@ -33,8 +33,9 @@ def _compare(layer, tlayer, x_np, names, atol=1e-5, rtol=1e-5, grad_atol=None, s
     grads = (out * Tensor(r)).sum().gradient(*targets)   # taken before out is realized (that drops its graph)
     Tensor.realize(out, *grads)
     np.testing.assert_allclose(out.numpy(), _np(tout), atol=atol, rtol=rtol, err_msg="forward")
-    (tout * torch.tensor(r)).sum().backward()
     ttargets = ([tx] if x_dtype is None else []) + [getattr(tlayer, n) for n in names]
+    for tt in ttargets: tt.grad = None
+    (tout * torch.tensor(r)).sum().backward()
     labels = (["input"] if x_dtype is None else []) + names
     for g, tt, label in zip(grads, ttargets, labels):
         np.testing.assert_allclose(g.numpy(), _np(tt.grad), atol=grad_atol, rtol=rtol, err_msg=f"grad of {label}")
@@ -238,12 +239,15 @@ def test_rmsnorm(affine):
     _compare(layer, tlayer, _rand(rng, 2, 3, 6), names, atol=1e-5, rtol=1e-4, grad_atol=1e-4)
 
 def test_rmsnorm_half_input_computes_in_float():
-    layer = nn.RMSNorm(4)
     x = Tensor(np.array([[300.0, -300.0, 200.0, 100.0]], dtype=np.float16))   # x*x overflows float16
-    out = layer(x)
-    assert out.dtype == dtypes.half
     xf = x.numpy().astype(np.float32)
-    np.testing.assert_allclose(out.numpy().astype(np.float32), xf / np.sqrt((xf * xf).mean(-1, keepdims=True) + 1e-6), rtol=2e-3)
+    expected = xf / np.sqrt((xf * xf).mean(-1, keepdims=True) + 1e-6)
+    out = nn.RMSNorm(4, elementwise_affine=False)(x)
+    assert out.dtype == dtypes.half                  # normalized in float32, cast back to the input dtype
+    np.testing.assert_allclose(out.numpy().astype(np.float32), expected, rtol=2e-3)
+    out = nn.RMSNorm(4)(x)                           # then times the float32 weight (promotes, like tinygrad)
+    assert out.dtype == dtypes.float32
+    np.testing.assert_allclose(out.numpy(), expected, rtol=2e-3)
 
 # ---------------------------------------------------------------- Embedding
 

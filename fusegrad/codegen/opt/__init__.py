@@ -202,6 +202,10 @@ def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
 def optimize_kernel(ast: UOp, renderer, opts: list | None = None) -> tuple[UOp, tuple]:
     """Apply ``opts`` (or the heuristic's choice) and re-nest the loops."""
     if NOOPT and opts is None: return ast, ()
+    from fusegrad.helpers import BEAM
+    if opts is None and BEAM >= 1:
+        from fusegrad.codegen.opt.search import beam_search
+        opts = beam_search(ast, renderer, int(BEAM.value))
     if opts is None:
         opts = hand_coded_optimizations(ast, renderer)
         applied = []

@@ -1,0 +1,126 @@
+"""BEAM search over optimization actions.
+
+``beam_search(ast, renderer, width)`` starts from the unoptimized kernel, tries every legal action
+on each of the ``width`` best candidates, compiles the new candidates in parallel worker
+processes, times them on real buffers and keeps the best ``width``. It stops when a round
+improves the best time by less than 1%. The hand-coded heuristic is timed too and wins if faster.
+Results are cached on disk (sqlite) keyed by the kernel, device, width and compiler, so a
+second search of the same kernel costs nothing; ``IGNORE_BEAM_CACHE=1`` searches again.
+"""
+from __future__ import annotations
+import functools, itertools, time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from fusegrad.helpers import DEBUG, IGNORE_BEAM_CACHE, content_hash, getenv
+from fusegrad.uop.ops import UOp, Ops, pretty_print
+from fusegrad.codegen.opt import Opt, OptOps, KernelOptError, apply_opt, kernel_axes, cpu_count, hand_coded_optimizations
+
+def candidate_actions(ast: UOp, renderer) -> list[Opt]:
+    """Every action worth trying on this kernel (legality is checked when applying)."""
+    n_axes = len(kernel_axes(ast))
+    actions = [Opt(OptOps.UPCAST, axis, amount) for axis in range(min(n_axes, 6)) for amount in (2, 3, 4, 8, 16, 32)]
+    actions += [Opt(OptOps.UNROLL, axis, amount) for axis in range(min(n_axes, 6)) for amount in (4, 8, 16)]
+    if getattr(renderer, "has_threads", False) and cpu_count() > 1: actions.append(Opt(OptOps.THREAD, 0, cpu_count()))
+    return actions
+
+def _render(ast: UOp, renderer, opts: list[Opt]):
+    from fusegrad.codegen import get_program
+    return get_program(ast, renderer, opts)
+
+def _compile(args: tuple) -> tuple[int, bytes | None]:
+    """Worker: compile one candidate's source (returns None if the compiler rejects it)."""
+    index, device, src = args
+    from fusegrad.device import Device
+    try: return index, Device[device].compiler.compile_cached(src)
+    except Exception: return index, None
+
+def _time_program(program, lib: bytes, buffers: list, repeats: int = 3) -> float:
+    from fusegrad.engine.realize import CompiledRunner
+    runner = CompiledRunner(program, precompiled=lib)
+    var_vals = {v: v.arg[1] for v in program.vars}
+    best = float("inf")
+    for _ in range(repeats):
+        elapsed = runner(buffers, var_vals, wait=True)
+        best = min(best, elapsed if elapsed is not None else float("inf"))
+    return best
+
+def _buffers_for(ast: UOp, device: str) -> list:
+    """Random-filled scratch buffers shaped like the kernel's PARAMs (outputs can't clobber real data)."""
+    import numpy as np
+    from fusegrad.device import Buffer
+    params = sorted({x for x in ast.toposort if x.op is Ops.PARAM}, key=lambda p: p.arg)
+    buffers = []
+    rng = np.random.default_rng(0)
+    for p in params:
+        buf = Buffer(device, p.dtype.size, p.dtype.base).allocate()
+        raw = rng.integers(0, 255, size=buf.nbytes, dtype=np.uint8)
+        buf.copyin(memoryview(raw.tobytes()))
+        buffers.append(buf)
+    return buffers
+
+def _cache_key(ast: UOp, device: str, width: int, renderer) -> str:
+    from fusegrad.device import Device
+    compiler_key = getattr(Device[device].compiler, "cachekey", "") or ""
+    return content_hash(pretty_print(ast, max_nodes=10**9), device, str(width), compiler_key)
+
+_pool: ThreadPoolExecutor | None = None
+
+def _workers() -> ThreadPoolExecutor | None:
+    """Compiles run in parallel: each one is a separate compiler process, driven from a thread
+    (the compiler, not Python, does the work, so threads don't wait on each other)."""
+    global _pool
+    if getenv("BEAM_PARALLEL", 1) and _pool is None: _pool = ThreadPoolExecutor(max_workers=max(2, cpu_count()))
+    return _pool
+
+def beam_search(ast: UOp, renderer, width: int) -> list[Opt]:
+    """The best action list found for ``ast`` (see module doc)."""
+    from fusegrad.device import diskcache_get, diskcache_put
+    device = renderer.device
+    key = _cache_key(ast, device, width, renderer)
+    if not IGNORE_BEAM_CACHE and (cached := diskcache_get("beam_search", key)) is not None: return cached
+    buffers = _buffers_for(ast, device)
+    start = time.perf_counter()
+    def evaluate(candidates: list[list[Opt]]) -> list[tuple[float, list[Opt]]]:
+        programs, seen = [], set()
+        for opts in candidates:
+            try: program = _render(ast, renderer, opts)
+            except (KernelOptError, AssertionError, RuntimeError): continue
+            if program.src in seen: continue   # different actions, same code
+            seen.add(program.src)
+            programs.append((opts, program))
+        pool = _workers()
+        jobs = [(i, device, p.src) for i, (_, p) in enumerate(programs)]
+        libs = dict(pool.map(_compile, jobs) if pool is not None and len(jobs) > 1 else map(_compile, jobs))
+        results = []
+        for i, (opts, program) in enumerate(programs):
+            if libs.get(i) is None: continue
+            try: results.append((_time_program(program, libs[i], buffers), opts))
+            except Exception: continue
+        return sorted(results, key=lambda r: r[0])
+    beam = evaluate([[]])
+    if not beam: return []
+    best_time, best_opts = beam[0]
+    for _ in range(getenv("BEAM_MAX_ROUNDS", 8)):
+        actions = candidate_actions(ast, renderer)
+        candidates = [opts + [action] for _, opts in beam[:width] for action in actions]
+        results = evaluate(candidates)
+        if not results or results[0][0] > best_time * 0.99: break
+        beam = results[:width]
+        best_time, best_opts = beam[0]
+        if DEBUG >= 2: print(f"beam: {best_time*1e6:9.2f} us  {best_opts}")
+    heuristic = hand_coded_optimizations(ast, renderer)
+    heuristic_result = evaluate([_applicable_prefix(ast, renderer, heuristic)])
+    if heuristic_result and heuristic_result[0][0] < best_time: best_time, best_opts = heuristic_result[0]
+    if DEBUG >= 1: print(f"beam search {time.perf_counter() - start:.2f} s: {best_time*1e6:.2f} us with {best_opts}")
+    diskcache_put("beam_search", key, best_opts)
+    return best_opts
+
+def _applicable_prefix(ast: UOp, renderer, opts: list[Opt]) -> list[Opt]:
+    """The heuristic's opts that apply in order (it skips illegal ones the same way)."""
+    applied, current = [], ast
+    for opt in opts:
+        try:
+            current = apply_opt(current, opt, renderer)
+            applied.append(opt)
+        except KernelOptError: continue
+    return applied
