@@ -80,10 +80,24 @@ def _isnan(x: UOp) -> UOp: return x.ne(x)
 _BITS = {dtypes.float32: (dtypes.int32, 23, 127), dtypes.float64: (dtypes.int64, 52, 1023)}
 
 def _pow2(k: UOp, dtype: DType) -> UOp:
-    """2**k as a float of ``dtype`` from an int32 exponent k that is a normal exponent of ``dtype``:
-    the biased exponent k+bias is in [1, 2*bias] and is shifted into place; the mantissa bits are 0."""
+    """2**k as a float of ``dtype`` from an integer k (of the same width) that is a normal exponent of
+    ``dtype``: the biased exponent k+bias is in [1, 2*bias] and is shifted into place, mantissa 0."""
     idt, mbits, bias = _BITS[dtype]
-    return ((k + bias).cast(idt) << _c(idt, mbits)).bitcast(dtype)
+    return ((k + bias) << _c(idt, mbits)).bitcast(dtype)
+
+# Rounding to an integer without a float -> int conversion: t = v + 1.5*2**mbits rounds v to the
+# nearest integer (ties to even, the IEEE default) when |v| < 2**(mbits-1), t - 1.5*2**mbits is that
+# integer exactly, and the low bits of t's bit pattern minus M's are the integer itself.
+# (No float -> int CAST on purpose: gcc moves such a conversion into the arms of a preceding
+# select, where it could trap, and then refuses to vectorize the loop.)
+_MAGIC = {dtypes.float32: (12582912.0, 0x4B400000), dtypes.float64: (6755399441055744.0, 0x4338000000000000)}
+
+def _round(v: UOp) -> tuple[UOp, UOp, UOp]:
+    """(v + M, round(v) as a float, round(v) as an int of v's width) for |v| < 2**(mbits-1)."""
+    m, m_bits = _MAGIC[v.dtype]
+    t = v + _c(v.dtype, m)
+    idt = _BITS[v.dtype][0]
+    return t, t - _c(v.dtype, m), t.bitcast(idt) - _c(idt, m_bits)
 
 # ---------------------------------------------------------------- exp2
 
@@ -103,24 +117,24 @@ def xexp2(x: UOp) -> UOp:
 
     x is clamped to [lo, hi] first: below lo the result is 0 even after rounding (the smallest
     subnormal is 2**-149 / 2**-1074, and 2**-150 / 2**-1075 already rounds to 0), above hi it is
-    +inf. That keeps n in a small int32 range. n = round(x) (half away from zero, by casting
-    x +- 0.5 to int, which truncates), f = x - n is exact (n is an integer next to x).
+    +inf. n = round(x) (see _round), f = x - n is exact (n is an integer next to x), |f| <= 1/2.
     2**n is applied as 2**(n>>1) * 2**(n - (n>>1)): both halves are normal exponents even when
     2**n itself is subnormal or overflows, the first product p*2**(n>>1) is exact, and the second
     rounds once, so subnormal results are correctly rounded and overflow becomes +inf by IEEE
     arithmetic. NaN is swapped for 0 for the computation and put back at the end."""
     dt = x.dtype
+    idt = _BITS[dt][0]
     lo, hi, coeffs = (-160.0, 130.0, _EXP2_F32) if dt == dtypes.float32 else (-1100.0, 1030.0, _EXP2_F64)
     nan = _isnan(x)
     xc = _where(nan, 0.0, x)
     xc = _where(xc < _c(dt, lo), lo, xc)
     xc = _where(_c(dt, hi) < xc, hi, xc)
-    n = (xc + _where(xc < _c(dt, 0.0), -0.5, 0.5, dt)).cast(dtypes.int32)
-    f = xc - n.cast(dt)
+    _, nf, n = _round(xc)
+    f = xc - nf
     p = f * _poly(f, coeffs) + _c(dt, 1.0)
     # n1 = floor(n/2); n + 2048 > 0, so the shift sees a non-negative number (a right shift of a
     # negative int is implementation defined in C)
-    n1 = ((n + 2048) >> _c(dtypes.int32, 1)) - 1024
+    n1 = ((n + 2048) >> _c(idt, 1)) - 1024
     n2 = n - n1
     ret = p * _pow2(n1, dt) * _pow2(n2, dt)
     return _where(nan, x, ret)
@@ -159,13 +173,17 @@ def xlog2(x: UOp) -> UOp:
     sub = x < _c(dt, min_normal)
     xs = _where(sub, x * _c(dt, 2.0 ** 64), x)
     bits = xs.bitcast(idt)
-    # drop the sign bit before the shift (negative x is answered below): a right shift of a negative
-    # int is implementation defined in C
-    e = ((bits & _c(idt, 2 ** (idt.itemsize * 8 - 1) - 1)) >> _c(idt, mbits)).cast(dtypes.int32) - bias
+    # the biased exponent field; the sign bit is dropped before the shift (negative x is answered
+    # below): a right shift of a negative int is implementation defined in C
+    e_field = (bits & _c(idt, 2 ** (idt.itemsize * 8 - 1) - 1)) >> _c(idt, mbits)
     m = ((bits & _c(idt, (1 << mbits) - 1)) | _c(idt, bias << mbits)).bitcast(dt)
     big = _c(dt, math.sqrt(2.0)) < m
     m = _where(big, m * _c(dt, 0.5), m)
-    e = e + _where(big, 1, 0, dtypes.int32) - _where(sub, 64, 0, dtypes.int32)
+    # e_field as a float without an int -> float conversion: OR it into the mantissa of 2**mbits
+    # (exact, as e_field < 2**mbits) and subtract 2**mbits; then the unbiased, adjusted exponent
+    two_m = 2.0 ** mbits
+    e = ((e_field | _c(idt, int(mbits + bias) << mbits)).bitcast(dt) - _c(dt, two_m + bias)) + \
+        (_where(big, 1.0, 0.0, dt) - _where(sub, 64.0, 0.0, dt))
     u = m - _c(dt, 1.0)
     z = u / (u + _c(dt, 2.0))
     w = z * z
@@ -173,7 +191,7 @@ def xlog2(x: UOp) -> UOp:
     # h: u - hfsq with the low `cut` mantissa bits cleared (AND with -2**cut keeps sign and exponent)
     h = ((u - hfsq).bitcast(idt) & _c(idt, -(2 ** cut))).bitcast(dt)
     lo = (u - h) - hfsq + z * (hfsq + w * _poly(w, kc))          # ln(1+u) = h + lo; u - h is exact
-    ret = (lo + h) * _c(dt, ivlo) + lo * _c(dt, ivhi) + h * _c(dt, ivhi) + e.cast(dt)
+    ret = (lo + h) * _c(dt, ivlo) + lo * _c(dt, ivhi) + h * _c(dt, ivhi) + e
     ret = _where(x.eq(_c(dt, math.inf)), math.inf, ret)
     ret = _where(x.eq(_c(dt, 0.0)), -math.inf, ret)
     ret = _where(x < _c(dt, 0.0), math.nan, ret)
@@ -227,12 +245,18 @@ def xsin(x: UOp) -> UOp:
     there), lies in (-4, 4) before its cast to int32, and & 3 makes negative residues positive (two's
     complement). Infinite and NaN x are replaced by 0 for the computation and give NaN; +-0 returns x."""
     dt = x.dtype
+    idt = _BITS[dt][0]
     f32 = dt == dtypes.float32
     pio2, sc, cc, rmax = (_PIO2_F32, _SIN_F32, _COS_F32, 0.9) if f32 else (_PIO2_F64, _SIN_F64, _COS_F64, 0.8)
     bad = _isnan(x) | x.eq(_c(dt, math.inf)) | x.eq(_c(dt, -math.inf))
     xs = _where(bad, 0.0, x)
     y = xs * _c(dt, 2.0 / math.pi)
-    q = (y + _where(y < _c(dt, 0.0), -0.5, 0.5, dt)).alu(Ops.TRUNC)
+    # q = round(y); beyond 2**(mbits-1) y is an integer or a half already (and far outside the exact range)
+    t, q, _ = _round(y)
+    limit = 2.0 ** (_BITS[dt][1] - 1)
+    q = _where((y < _c(dt, limit)) & (_c(dt, -limit) < y), q, y)
+    # q mod 4 from the low bits of t (two's complement, so negative q works too)
+    quadrant = t.bitcast(idt) & _c(idt, 3)
     r, r_lo = xs, _c(dt, 0.0)
     for k, c in enumerate(pio2):
         if k < _EXACT_STEPS[dt]: r = r - q * _c(dt, c)
@@ -247,15 +271,14 @@ def xsin(x: UOp) -> UOp:
     r = _where(_c(dt, rmax) < r, rmax, r)
     r_lo = _where(r_lo < _c(dt, -lo_max), -lo_max, r_lo)
     r_lo = _where(_c(dt, lo_max) < r_lo, lo_max, r_lo)
-    quadrant = (q - (q * _c(dt, 0.25)).alu(Ops.TRUNC) * _c(dt, 4.0)).cast(dtypes.int32) & _c(dtypes.int32, 3)
     s = r * r
     # cos: 1 - s/2 is summed with its rounding error recovered ((1 - v) - hs is exact for s/2 <= 1/2)
     hs = _c(dt, 0.5) * s
     v = _c(dt, 1.0) - hs
     cos_r = v + (((_c(dt, 1.0) - v) - hs) + (s * s * _poly(s, cc) - r * r_lo))
     sin_r = r + (r * s * _poly(s, sc) + r_lo * cos_r)
-    ret = _where((quadrant & _c(dtypes.int32, 1)).ne(_c(dtypes.int32, 0)), cos_r, sin_r)
-    ret = _where((quadrant & _c(dtypes.int32, 2)).ne(_c(dtypes.int32, 0)), -ret, ret)
+    ret = _where((quadrant & _c(idt, 1)).ne(_c(idt, 0)), cos_r, sin_r)
+    ret = _where((quadrant & _c(idt, 2)).ne(_c(idt, 0)), -ret, ret)
     ret = _where(x.eq(_c(dt, 0.0)), x, ret)
     return _where(bad, math.nan, ret)
 

@@ -10,7 +10,7 @@ parameters (and into its own state, like momentum buffers) and returns the tenso
 >>> opt = SGD([w], lr=0.5)
 >>> with Tensor.train():
 ...     opt.zero_grad()
-...     (w * w).sum().backward()
+...     _ = (w * w).sum().backward()
 ...     _ = opt.step()
 >>> w.tolist()
 [0.0, 0.0]
@@ -238,7 +238,7 @@ class LAMB(Optimizer):
     >>> from fusegrad import Tensor
     >>> opt = LAMB([Tensor([1.0, 2.0], requires_grad=True)])
     >>> opt.m[0].dtype
-    dtypes.float
+    dtypes.float32
     """
     def __init__(self, params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
                  weight_decay: float = 0.0, adam: bool = False):

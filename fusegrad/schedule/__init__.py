@@ -85,6 +85,9 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
     for node in order:
         if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY): realize.add(node)
         if node.op is Ops.COPY and not _is_view_of_buffer(node.src[0]): realize.add(node.src[0])
+        # a reduce used in several places is stored once instead of recomputed per use (consumers
+        # with the same loops still end up in its kernel: see group_kernels)
+        if node.op is Ops.REDUCE_AXIS and len(set(consumers.get(node, []))) > 1: realize.add(node)
     # a value broadcast by EXPAND is recomputed per output element: store it if that repeats a reduce
     for node in order:
         if node.op is Ops.EXPAND:
