@@ -106,14 +106,6 @@ def linearize(sink: UOp) -> list[UOp]:
         if not stack and not ready_ranges and not any(ready_work.values()) and not ready_ends:
             break
         stuck = [x for x in order if x not in done][:5]
-        if DEBUG >= 7:
-            for p, r in ready_ranges:
-                print("ready range", r.arg, [c.arg for c in context[r]], [(o.op, o.arg) for o in outside_inputs[r] - done])
-                for x in real:
-                    if r in context[x]:
-                        for s_ in x.src:
-                            if r not in context[s_] and s_ not in done: print("   ", x.op, x.arg, "<-", s_.op, s_.arg, [c.arg for c in context[s_]])
-            print("stack", [r.arg for r in stack], "ready work ctxs", [[c.arg for c in k] for k, v in ready_work.items() if v])
         raise RuntimeError(f"linearize is stuck with open loops {[r.arg for r in stack]}; waiting: {[x.op for x in stuck]}")
     while stack: emitted.append(UOp(Ops.END, src=(stack.pop(),)))
     return _drop_virtual_sources(emitted)

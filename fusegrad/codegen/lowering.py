@@ -98,10 +98,13 @@ def to_launch_dims(sink: UOp, max_dims: int = 3) -> tuple[UOp, list, list]:
 def _replace_ranges(sink: UOp, mapping: dict[UOp, UOp]) -> UOp:
     """Substitute ranges; other RANGEs drop replaced ranges from their parent sources."""
     new_sink = sink.substitute(mapping)
+    # rebuild the remaining ranges parents-first, keeping only parents that are still ranges
     fix: dict[UOp, UOp] = {}
     for x in new_sink.toposort:
-        if x.op is Ops.RANGE and any(s.op is not Ops.RANGE for s in x.src[1:]):
-            fix[x] = x.replace(src=(x.src[0],) + tuple(s for s in x.src[1:] if s.op is Ops.RANGE))
+        if x.op is not Ops.RANGE: continue
+        parents = tuple(fix.get(s, s) for s in x.src[1:] if s.op is Ops.RANGE)
+        rebuilt = x.replace(src=(x.src[0],) + parents)
+        if rebuilt is not x: fix[x] = rebuilt
     return new_sink.substitute(fix) if fix else new_sink
 
 # ---------------------------------------------------------------- index dtype

@@ -65,9 +65,10 @@ class Optimizer:
     """Base class. ``params`` are deduplicated; a param whose ``requires_grad`` is None is switched
     to True, and those with ``requires_grad=False`` are kept as ``buffers`` (realized with each
     step but not updated). ``lr`` is a float32 (at least) Tensor so it can be changed mid-training
-    with ``opt.lr.assign(...)`` or by replacing it.
+    with ``opt.lr.assign(...)`` or by replacing it. ``fused`` (tinygrad's FUSE_OPTIM) is accepted for
+    compatibility; the per-param updates already realize together in one schedule.
     """
-    def __init__(self, params: list[Tensor], lr: float):
+    def __init__(self, params: list[Tensor], lr: float, fused: bool = False):
         params = list(params)
         for x in params:
             if x.requires_grad is None: x.requires_grad = True
@@ -78,6 +79,7 @@ class Optimizer:
         # the learning rate is stored in at least float32 so a large lr doesn't overflow a half default_float
         lr_dtype = least_upper_dtype(dtypes.default_float, dtypes.float32)
         self.lr = Tensor(lr if getenv("CONST_LR") else [lr], requires_grad=False, device=self.device, dtype=lr_dtype)
+        self.fused = fused
 
     def _new_optim_param(self) -> list[Tensor]:
         """A zero float32 (``OPTIM_DTYPE``) state tensor per param, in its own buffer."""
@@ -174,8 +176,9 @@ class LARS(Optimizer):
     1
     """
     def __init__(self, params: list[Tensor], lr: float = 0.001, momentum: float = 0.9, weight_decay: float = 1e-4, ns_steps: int = 0,
-                 ns_params: tuple | None = None, nesterov: bool = False, classic: bool = True, pre_wd: bool = True, tcoef: float = 0.001):
-        super().__init__(params, lr)
+                 ns_params: tuple | None = None, nesterov: bool = False, classic: bool = True, pre_wd: bool = True, tcoef: float = 0.001,
+                 fused: bool = False):
+        super().__init__(params, lr, fused)
         self.momentum, self.wd, self.ns_steps, self.ns_params = momentum, weight_decay, ns_steps, ns_params
         self.nesterov, self.classic, self.pre_wd, self.tcoef = nesterov, classic, pre_wd, tcoef
         self.b = self._new_optim_param() if self.momentum else []
@@ -206,7 +209,7 @@ class LARS(Optimizer):
         return ret, self.b
 
 def SGD(params: list[Tensor], lr: float = 0.001, momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False,
-        classic: bool = False) -> LARS:
+        classic: bool = False, fused: bool = False) -> LARS:
     """Stochastic gradient descent (PyTorch's formulation unless ``classic``): LARS with trust
     coefficient 0.
 
@@ -215,10 +218,10 @@ def SGD(params: list[Tensor], lr: float = 0.001, momentum: float = 0.0, weight_d
     >>> opt.lr.item() > 0.09
     True
     """
-    return LARS(params, lr, momentum, weight_decay, nesterov=nesterov, classic=classic, pre_wd=True, tcoef=0.0)
+    return LARS(params, lr, momentum, weight_decay, nesterov=nesterov, classic=classic, pre_wd=True, tcoef=0.0, fused=fused)
 
 def Muon(params: list[Tensor], lr: float = 0.02, momentum: float = 0.95, weight_decay: float = 0.0, ns_steps: int = 5,
-         ns_coefficients: tuple = (3.4445, -4.775, 2.0315), nesterov: bool = True) -> LARS:
+         ns_coefficients: tuple = (3.4445, -4.775, 2.0315), nesterov: bool = True, fused: bool = False) -> LARS:
     """SGD with momentum whose update is orthogonalized by ``ns_steps`` Newton-Schulz iterations
     (each param is viewed as a (shape[0], -1) matrix), with decoupled weight decay applied to the
     param as ``w * (1 - lr * wd)``.
@@ -228,6 +231,7 @@ def Muon(params: list[Tensor], lr: float = 0.02, momentum: float = 0.95, weight_
     >>> opt.ns_steps
     5
     """
+    assert not fused, "fused is not allowed for the Muon optimizer"
     return LARS(params, lr, momentum, weight_decay, ns_steps, ns_coefficients, nesterov, classic=False, pre_wd=False, tcoef=0.0)
 
 class LAMB(Optimizer):
@@ -241,8 +245,8 @@ class LAMB(Optimizer):
     dtypes.float32
     """
     def __init__(self, params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
-                 weight_decay: float = 0.0, adam: bool = False):
-        super().__init__(params, lr)
+                 weight_decay: float = 0.0, adam: bool = False, fused: bool = False):
+        super().__init__(params, lr, fused)
         self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
         self.b1_t, self.b2_t = (Tensor.ones((1,), dtype=dtypes.float32, device=self.device, requires_grad=False).contiguous().realize()
                                 for _ in (b1, b2))
@@ -268,20 +272,21 @@ class LAMB(Optimizer):
             ret.append((t.detach() - self.lr * r * up).cast(t.dtype))
         return ret, [self.b1_t, self.b2_t] + self.m + self.v
 
-def Adam(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> LAMB:
+def Adam(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, fused: bool = False) -> LAMB:
     """Adam: LAMB with ``adam=True`` and no weight decay.
 
     >>> from fusegrad import Tensor
     >>> Adam([Tensor([1.0], requires_grad=True)]).eps
     1e-08
     """
-    return LAMB(params, lr, b1, b2, eps, 0.0, adam=True)
+    return LAMB(params, lr, b1, b2, eps, 0.0, adam=True, fused=fused)
 
-def AdamW(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.01) -> LAMB:
+def AdamW(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.01,
+          fused: bool = False) -> LAMB:
     """AdamW: Adam with decoupled weight decay (``w -= lr * wd * w`` alongside the Adam step).
 
     >>> from fusegrad import Tensor
     >>> AdamW([Tensor([1.0], requires_grad=True)]).wd
     0.01
     """
-    return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True)
+    return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, fused=fused)

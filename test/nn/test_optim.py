@@ -359,3 +359,29 @@ def test_sgd_step_kernel_count():
     # momentum: the buffer update b = 0.9*b + dw and the param update w - lr*b fuse into one
     # multi-output kernel or take one more
     assert _step_kernels(lambda p: SGD(p, lr=0.01, momentum=0.9)) <= 4
+
+def test_linear_batchnorm_training_with_running_stats_as_buffers():
+    # like tinygrad's get_parameters(model): running stats (requires_grad=False) go in as buffers and are
+    # realized with each step; their pending updates read the old Linear weight, which the step overwrites
+    from fusegrad import nn
+    rng = np.random.default_rng(3)
+    lin, bn = nn.Linear(5, 4), nn.BatchNorm1d(4)
+    tlin, tbn = torch.nn.Linear(5, 4), torch.nn.BatchNorm1d(4)
+    with torch.no_grad():
+        tlin.weight.copy_(torch.tensor(lin.weight.numpy())); tlin.bias.copy_(torch.tensor(lin.bias.numpy()))
+    params = [lin.weight, lin.bias, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.num_batches_tracked]
+    opt = SGD(params, lr=0.1, momentum=0.9)
+    topt = torch.optim.SGD(list(tlin.parameters()) + list(tbn.parameters()), lr=0.1, momentum=0.9)
+    assert len(opt.params) == 4 and len(opt.buffers) == 3
+    for _ in range(3):
+        x_np = rng.standard_normal((6, 5)).astype(np.float32)
+        opt.zero_grad()
+        bn(lin(Tensor(x_np))).relu().square().mean().backward()
+        opt.step()
+        topt.zero_grad()
+        tbn(tlin(torch.tensor(x_np))).relu().square().mean().backward()
+        topt.step()
+    for ours, theirs in [(lin.weight, tlin.weight), (lin.bias, tlin.bias), (bn.weight, tbn.weight), (bn.bias, tbn.bias),
+                         (bn.running_mean, tbn.running_mean), (bn.running_var, tbn.running_var)]:
+        np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), atol=1e-5, rtol=1e-4)
+    assert bn.num_batches_tracked.tolist() == [3]
