@@ -296,7 +296,9 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         for t in targets:
             g = grads.get(t.uop)
             if g is None:
-                if not materialize_grads: raise RuntimeError(f"tensor of shape {t.shape} is not in the graph of this tensor")
+                # in the graph but every path to it has zero derivative (floor, comparisons): zeros
+                if not materialize_grads and t.uop not in self.uop.toposort:
+                    raise RuntimeError(f"tensor of shape {t.shape} is not in the graph of this tensor")
                 g = UOp.const(t.dtype, 0, t.device, t.shape)
             results.append(Tensor(g, requires_grad=False))
         return results
@@ -882,8 +884,14 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """max(x, 0) (nan stays nan)."""
         return (self <= 0).where(self._const(0), self) if self.dtype != dtypes.bool else self
     def sigmoid(self) -> "Tensor":
-        """1 / (1 + e**-x)"""
-        return (1 + (self._float() * (-1 / math.log(2))).exp2()).reciprocal()
+        """1 / (1 + e**-x), computed so neither the value nor the gradient overflows: each side
+        of x = 0 uses the form whose exponential is at most 1 (the other side gets a harmless 0
+        input, so no 0*inf reaches the gradient)."""
+        x = self._float()
+        positive = x >= 0
+        e_pos = (-positive.where(x, 0)).exp()        # e**-x for x >= 0
+        e_neg = (positive.where(0, x)).exp()         # e**x for x < 0
+        return positive.where(1 / (1 + e_pos), e_neg / (1 + e_neg))
     def logsigmoid(self) -> "Tensor": return -(-self).softplus()
     def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> "Tensor": return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
     def tanh(self) -> "Tensor": return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
@@ -896,17 +904,26 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """arcsin via a polynomial in sqrt(1-|x|) (Abramowitz & Stegun 4.4.46), accurate to ~2e-8."""
         x = self._float()
         coefficients = [-0.0012624911, 0.0066700901, -0.0170881256, 0.0308918810, -0.0501743046, 0.0889789874, -0.2145988016, 1.5707963050]
-        a = x.abs()
+        negative = x < 0
+        a = negative.where(-x, x)    # |x| whose derivative at 0 is 1, so asin'(0) = 1
         poly = a * 0 + coefficients[0]
         for c in coefficients[1:]: poly = poly * a + c
         result = (math.pi / 2) - (1 - a).sqrt() * poly
-        return x.sign() * result
+        return negative.where(-result, result)
     def acos(self) -> "Tensor": return (math.pi / 2) - self.asin()
     def atan(self) -> "Tensor": return (self / (1 + self * self).sqrt()).asin()
-    def elu(self, alpha: float = 1.0) -> "Tensor": return self.relu() - alpha * (1 - self.exp()).relu()
-    def celu(self, alpha: float = 1.0) -> "Tensor": return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+    def _negative_part(self) -> "Tensor":
+        """x where x <= 0, else 0: feeds exp() in elu-style ops so the unused side can't overflow."""
+        return (self > 0).where(0, self)
+    def elu(self, alpha: float = 1.0) -> "Tensor":
+        """x for x > 0, alpha * (e**x - 1) otherwise."""
+        return (self > 0).where(self, alpha * (self._negative_part().exp() - 1))
+    def celu(self, alpha: float = 1.0) -> "Tensor":
+        """x for x > 0, alpha * (e**(x/alpha) - 1) otherwise."""
+        return (self > 0).where(self, alpha * ((self._negative_part() / alpha).exp() - 1))
     def selu(self, alpha: float = 1.67326, gamma: float = 1.0507) -> "Tensor":
-        return gamma * (self >= 0).where(self, alpha * (self.exp() - 1))
+        """gamma * elu(x, alpha) with the standard self-normalizing constants."""
+        return gamma * (self > 0).where(self, alpha * (self._negative_part().exp() - 1))
     def swish(self) -> "Tensor": return self * self.sigmoid()
     def silu(self) -> "Tensor": return self.swish()
     def relu6(self) -> "Tensor": return self.relu() - (self - 6).relu()
@@ -914,9 +931,12 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     def hardtanh(self, min_val: float = -1, max_val: float = 1) -> "Tensor": return self.clip(min_val, max_val)
     def erf(self) -> "Tensor":
         """Error function (Abramowitz & Stegun 7.1.26, max error 1.5e-7)."""
-        t = 1.0 / (1.0 + 0.3275911 * self.abs())
+        negative = self < 0
+        a = negative.where(-self, self)   # |x| whose derivative at 0 is 1, so erf'(0) = 2/sqrt(pi)
+        t = 1.0 / (1.0 + 0.3275911 * a)
         poly = ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t
-        return self.sign() * (1.0 - poly * (-self.square()).exp())
+        result = 1.0 - poly * (-self.square()).exp()
+        return negative.where(-result, result)
     def gelu(self) -> "Tensor": return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).tanh())
     def quick_gelu(self) -> "Tensor": return self * (self * 1.702).sigmoid()
     def leaky_relu(self, neg_slope: float = 0.01) -> "Tensor": return (self < 0).where(neg_slope * self, self)

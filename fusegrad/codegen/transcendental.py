@@ -137,7 +137,7 @@ def xexp2(x: UOp) -> UOp:
     n1 = ((n + 2048) >> _c(idt, 1)) - 1024
     n2 = n - n1
     ret = p * _pow2(n1, dt) * _pow2(n2, dt)
-    return _where(nan, x, ret)
+    return ret * _where(nan, math.nan, 1.0, dt)
 
 # ---------------------------------------------------------------- log2
 
@@ -169,16 +169,21 @@ def xlog2(x: UOp) -> UOp:
     dt = x.dtype
     idt, mbits, bias = _BITS[dt]
     kc, (ivhi, ivlo), cut = (_LOG_F32, _INVLN2_F32, 12) if dt == dtypes.float32 else (_LOG_F64, _INVLN2_F64, 32)
-    min_normal = 2.0 ** (1 - bias)
-    sub = x < _c(dt, min_normal)
-    xs = _where(sub, x * _c(dt, 2.0 ** 64), x)
+    # NaN, +inf, zero and negative x are computed as 1 (giving 0), then their answer is added on
+    ok = (_c(dt, 0.0) < x) & (x < _c(dt, math.inf))
+    xs = _where(ok, x, 1.0)
+    # (ordered comparisons like < may trap on NaN, so gcc won't evaluate one conditionally, inside a
+    # select arm, and then won't vectorize: the one here comes first, the inner ones are == / ok)
+    special = _where((x < _c(dt, 0.0)) | _isnan(x), math.nan, _where(ok, 0.0, _where(x.eq(_c(dt, 0.0)), -math.inf, math.inf, dt)))
+    sub = xs < _c(dt, 2.0 ** (1 - bias))
+    xs = xs * _where(sub, 2.0 ** 64, 1.0, dt)
     bits = xs.bitcast(idt)
     # the biased exponent field; the sign bit is dropped before the shift (negative x is answered
     # below): a right shift of a negative int is implementation defined in C
     e_field = (bits & _c(idt, 2 ** (idt.itemsize * 8 - 1) - 1)) >> _c(idt, mbits)
     m = ((bits & _c(idt, (1 << mbits) - 1)) | _c(idt, bias << mbits)).bitcast(dt)
     big = _c(dt, math.sqrt(2.0)) < m
-    m = _where(big, m * _c(dt, 0.5), m)
+    m = m * _where(big, 0.5, 1.0, dt)
     # e_field as a float without an int -> float conversion: OR it into the mantissa of 2**mbits
     # (exact, as e_field < 2**mbits) and subtract 2**mbits; then the unbiased, adjusted exponent
     two_m = 2.0 ** mbits
@@ -192,10 +197,7 @@ def xlog2(x: UOp) -> UOp:
     h = ((u - hfsq).bitcast(idt) & _c(idt, -(2 ** cut))).bitcast(dt)
     lo = (u - h) - hfsq + z * (hfsq + w * _poly(w, kc))          # ln(1+u) = h + lo; u - h is exact
     ret = (lo + h) * _c(dt, ivlo) + lo * _c(dt, ivhi) + h * _c(dt, ivhi) + e
-    ret = _where(x.eq(_c(dt, math.inf)), math.inf, ret)
-    ret = _where(x.eq(_c(dt, 0.0)), -math.inf, ret)
-    ret = _where(x < _c(dt, 0.0), math.nan, ret)
-    return _where(_isnan(x), x, ret)
+    return ret + special
 
 # ---------------------------------------------------------------- sin
 
@@ -251,10 +253,11 @@ def xsin(x: UOp) -> UOp:
     bad = _isnan(x) | x.eq(_c(dt, math.inf)) | x.eq(_c(dt, -math.inf))
     xs = _where(bad, 0.0, x)
     y = xs * _c(dt, 2.0 / math.pi)
-    # q = round(y); beyond 2**(mbits-1) y is an integer or a half already (and far outside the exact range)
+    # q = round(y), with y clamped to where _round works (far outside the exact range anyway)
+    limit = 2.0 ** (_BITS[dt][1] - 1) - 1.0
+    y = _where(y < _c(dt, -limit), -limit, y)
+    y = _where(_c(dt, limit) < y, limit, y)
     t, q, _ = _round(y)
-    limit = 2.0 ** (_BITS[dt][1] - 1)
-    q = _where((y < _c(dt, limit)) & (_c(dt, -limit) < y), q, y)
     # q mod 4 from the low bits of t (two's complement, so negative q works too)
     quadrant = t.bitcast(idt) & _c(idt, 3)
     r, r_lo = xs, _c(dt, 0.0)
@@ -277,10 +280,14 @@ def xsin(x: UOp) -> UOp:
     v = _c(dt, 1.0) - hs
     cos_r = v + (((_c(dt, 1.0) - v) - hs) + (s * s * _poly(s, cc) - r * r_lo))
     sin_r = r + (r * s * _poly(s, sc) + r_lo * cos_r)
-    ret = _where((quadrant & _c(idt, 1)).ne(_c(idt, 0)), cos_r, sin_r)
-    ret = _where((quadrant & _c(idt, 2)).ne(_c(idt, 0)), -ret, ret)
-    ret = _where(x.eq(_c(dt, 0.0)), x, ret)
-    return _where(bad, math.nan, ret)
+    # pick cos or sin, flip the sign, give +-0 the sign of x: on the bits, so that no select has a
+    # computed float in an arm (see the module docstring)
+    sin_b, cos_b = sin_r.bitcast(idt), cos_r.bitcast(idt)
+    sign_bit, zero = -(2 ** (idt.itemsize * 8 - 1)), x.eq(_c(dt, 0.0))
+    bits = sin_b ^ ((sin_b ^ cos_b) & _where((quadrant & _c(idt, 1)).ne(_c(idt, 0)), -1, 0, idt))
+    bits = bits ^ _where((quadrant & _c(idt, 2)).ne(_c(idt, 0)), sign_bit, 0, idt)
+    bits = (bits & _where(zero, ~sign_bit, -1, idt)) | (x.bitcast(idt) & _where(zero, sign_bit, 0, idt))
+    return bits.bitcast(dt) * _where(bad, math.nan, 1.0, dt)
 
 # ---------------------------------------------------------------- the rewrite
 

@@ -116,12 +116,21 @@ class TensorIO(io.RawIOBase):
     def writelines(self, lines: Any) -> None: raise io.UnsupportedOperation("TensorIO.writelines not supported")
 
 def _raw_bytes(t: Tensor) -> bytes:
-    """The bytes of a tensor in row-major order (bfloat16 and fp8 as their raw bits)."""
-    if isinstance(t.device, str) and is_disk(t.device): t = disk_view(t).to(Device.DEFAULT)
-    t = t.detach()
-    if t.dtype.fmt is not None: return t.numpy().tobytes()
-    carrier = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[t.dtype.itemsize]
-    return t.contiguous().bitcast(carrier).numpy().tobytes()
+    """The bytes of a tensor in row-major order (bfloat16 and fp8 as their raw bits), read from its realized
+    buffer: same-size bitcasts are peeled off first, since they don't change the bytes."""
+    from fusegrad.uop.ops import Ops
+    from fusegrad.schedule import buffer_of
+    if isinstance(t.device, tuple): t = t.to(t.device[0])
+    if is_disk(t.device): t = disk_view(t).to(Device.DEFAULT)
+    u = t.uop
+    while u.op in (Ops.DETACH, Ops.CONTIGUOUS_BACKWARD) or (u.op is Ops.BITCAST and u.dtype.itemsize == u.src[0].dtype.itemsize): u = u.src[0]
+    x = Tensor(u, requires_grad=False)
+    if x.numel() == 0: return b""
+    if not (u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)) or not x._is_realized():
+        x = x.contiguous().realize()
+    buf = buffer_of(x.uop.base)
+    if x.uop.base.op is not Ops.BUFFER or buf.nbytes != x.numel() * t.dtype.itemsize: raise RuntimeError(f"couldn't read the bytes of a {t.dtype} tensor of shape {t.shape}")
+    return bytes(buf.as_buffer())
 
 def _write_file(path: Any, parts: list[tuple[int, bytes]], total: int) -> None:
     """Write ``parts`` (offset, bytes) into a new file of ``total`` bytes through the DISK device."""
