@@ -32,7 +32,8 @@ def _fromnp(array: Any, device: str, dtype: DType | None) -> UOp:
     if array.dtype != to_np_dtype(target): array = array.astype(to_np_dtype(target))
     if array.size == 0: return UOp.const(target, 0, device, array.shape)
     buffer = new_buffer_uop(device, array.size, target)
-    buffer_of(buffer).allocate().copyin(memoryview(array.reshape(-1).view(np.uint8)))
+    if device == "NPY": buffer_of(buffer).allocate(array.reshape(-1).view(np.uint8))   # zero-copy: wrap the array
+    else: buffer_of(buffer).allocate().copyin(memoryview(array.reshape(-1).view(np.uint8)))
     return buffer.reshape(array.shape)
 
 def _infer_list_dtype(data: Any) -> DType:

@@ -95,7 +95,8 @@ class Optimizer:
         Tensor.realize(*self.schedule_step())
 
     def schedule_step(self) -> list[Tensor]:
-        """Assign the updated values (lazily) and return every tensor that must be realized."""
+        """Assign the updated values (lazily) and return every tensor that must be realized.
+        Gradients that read params this step overwrites are computed right away (see ``_prepare``)."""
         _check_training()
         if first := self._prepare(_written_buffers(self.params)): Tensor.realize(*first)
         return self._schedule_updates()

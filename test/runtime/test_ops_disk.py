@@ -1,0 +1,144 @@
+"""The DISK device: memory-mapped files, sub-buffers, zero-copy reads, writes through copyin, and the
+error for anything that would need a kernel."""
+import os
+import numpy as np
+import pytest
+from fusegrad import Tensor, dtypes, Device
+from fusegrad.device import Buffer
+from fusegrad.schedule import buffer_of
+from fusegrad.runtime.ops_disk import DiskDevice, DiskComputeError, disk_view, disk_buffer, DISK_ONLY_MESSAGE
+
+@pytest.fixture
+def data_file(tmp_path):
+    path = tmp_path / "data.bin"
+    payload = np.arange(64, dtype=np.uint8) * 3
+    path.write_bytes(payload.tobytes())
+    return str(path), payload
+
+def test_registry_opens_disk_device(data_file):
+    path, _ = data_file
+    dev = Device[f"disk:{path}"]
+    assert isinstance(dev, DiskDevice)
+    assert dev.device == f"DISK:{path}" and Device.canonicalize(f"disk:{path}") == f"DISK:{path}"
+    assert Device[f"DISK:{path}"] is dev
+
+def test_map_file_and_read(data_file):
+    path, payload = data_file
+    t = Tensor.empty(64, dtype=dtypes.uint8, device=f"disk:{path}")
+    assert t.device == f"DISK:{path}"
+    np.testing.assert_array_equal(t.numpy(), payload)
+    np.testing.assert_array_equal(t.to("CPU").numpy(), payload)
+
+def test_slice_to_cpu_copies_only_that_range(data_file):
+    path, payload = data_file
+    t = Tensor.empty(64, dtype=dtypes.uint8, device=f"disk:{path}")
+    view = disk_view(t[10:30])
+    buf = buffer_of(view.uop.base)
+    # a sub-buffer of the file's buffer at byte offset 10, 20 bytes long: no copy was made
+    assert buf.base is buffer_of(t.uop.base) and buf.offset == 10 and buf.nbytes == 20
+    cpu = view.to("CPU")
+    assert cpu.device == "CPU"
+    np.testing.assert_array_equal(cpu.numpy(), payload[10:30])
+    # offset / length form, and nested slices
+    np.testing.assert_array_equal(disk_view(t, 5, 7).to("CPU").numpy(), payload[5:12])
+    np.testing.assert_array_equal(disk_view(t[8:40][4:12]).to("CPU").numpy(), payload[12:20])
+    # 2-d slice of whole rows is contiguous
+    np.testing.assert_array_equal(disk_view(t.reshape(8, 8)[2:5]).to("CPU").numpy(), payload.reshape(8, 8)[2:5])
+
+def test_bitcast_changing_itemsize_is_a_view(data_file):
+    path, payload = data_file
+    t = Tensor.empty(64, dtype=dtypes.uint8, device=f"disk:{path}")
+    as_u32 = disk_view(t[16:32], dtype=dtypes.uint32)
+    assert as_u32.shape == (4,) and as_u32.dtype == dtypes.uint32
+    np.testing.assert_array_equal(as_u32.to("CPU").numpy(), payload[16:32].view(np.uint32))
+    as_f16 = disk_view(t.reshape(4, 16), dtype=dtypes.float16)
+    assert as_f16.shape == (4, 8)
+    np.testing.assert_array_equal(as_f16.to("CPU").numpy(), payload.view(np.float16).reshape(4, 8))
+    # and back to bytes
+    back = disk_view(as_u32, dtype=dtypes.uint8)
+    np.testing.assert_array_equal(back.to("CPU").numpy(), payload[16:32])
+    with pytest.raises(ValueError, match="doesn't divide"):
+        disk_view(t[0:6], dtype=dtypes.uint32)
+
+def test_zero_copy_as_buffer_sees_file_writes(data_file):
+    path, _ = data_file
+    t = Tensor.empty(64, dtype=dtypes.uint8, device=f"disk:{path}")
+    buf = disk_buffer(t[4:8])
+    mv = buf.as_buffer(allow_zero_copy=True)
+    with open(path, "r+b") as f:
+        f.seek(4)
+        f.write(b"\xaa\xbb\xcc\xdd")
+    assert bytes(mv) == b"\xaa\xbb\xcc\xdd"   # the same pages: no copy was taken
+    del mv
+
+def test_copyin_writes_the_file(data_file):
+    path, payload = data_file
+    t = Tensor.empty(64, dtype=dtypes.uint8, device=f"disk:{path}")
+    disk_buffer(t[60:64]).copyin(memoryview(b"wxyz"))
+    disk_buffer(disk_view(t[0:8], dtype=dtypes.float32)).copyin(memoryview(np.array([1.5, -2.0], np.float32)))
+    raw = open(path, "rb").read()
+    assert raw[60:64] == b"wxyz"
+    assert np.frombuffer(raw[:8], np.float32).tolist() == [1.5, -2.0]
+    assert raw[8:60] == payload[8:60].tobytes()
+    with pytest.raises(ValueError):
+        disk_buffer(t[0:4]).copyin(memoryview(b"toolong"))
+
+def test_new_file_is_created_and_grown(tmp_path):
+    path = str(tmp_path / "new.bin")
+    t = Tensor.empty(100, dtype=dtypes.uint8, device=f"disk:{path}")
+    assert os.path.getsize(path) == 100
+    disk_buffer(t).copyin(memoryview(bytes(range(100))))
+    assert open(path, "rb").read() == bytes(range(100))
+
+def test_cannot_reopen_larger(data_file):
+    path, _ = data_file
+    t = Tensor.empty(64, dtype=dtypes.uint8, device=f"disk:{path}")
+    small = Tensor.empty(16, dtype=dtypes.uint8, device=f"disk:{path}")   # smaller is fine: same mapping
+    assert small.numpy().tolist() == t.numpy()[:16].tolist()
+    with pytest.raises(RuntimeError, match="can't reopen"):
+        Tensor.empty(128, dtype=dtypes.uint8, device=f"disk:{path}")
+    del t, small
+    # once released, it may be opened larger (and the file grows)
+    big = Tensor.empty(128, dtype=dtypes.uint8, device=f"disk:{path}")
+    assert os.path.getsize(path) == 128 and big.shape == (128,)
+
+def test_replaced_file_gets_a_new_mapping(tmp_path):
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"a" * 16)
+    old = Tensor.empty(16, dtype=dtypes.uint8, device=f"disk:{path}")
+    path.unlink()
+    path.write_bytes(b"b" * 32)
+    new = Tensor.empty(32, dtype=dtypes.uint8, device=f"disk:{path}")
+    assert bytes(new.numpy()) == b"b" * 32
+    assert bytes(old.numpy()) == b"a" * 16   # old tensors keep the old file
+
+def test_compute_on_disk_raises_clearly(data_file):
+    path, _ = data_file
+    t = Tensor.empty(64, dtype=dtypes.uint8, device=f"disk:{path}")
+    with pytest.raises(DiskComputeError, match=DISK_ONLY_MESSAGE):
+        (t + 1).realize()
+    with pytest.raises(DiskComputeError, match=DISK_ONLY_MESSAGE):
+        t.reshape(8, 8).sum().numpy()
+    with pytest.raises(DiskComputeError, match="contiguous"):
+        disk_view(t.reshape(8, 8)[:, 2:4])
+    with pytest.raises(DiskComputeError, match=DISK_ONLY_MESSAGE):
+        disk_view(t.reshape(8, 8).permute(1, 0))
+    with pytest.raises(DiskComputeError):
+        Device[f"disk:{path}"].compiler.compile("int main(){}")
+
+def test_buffer_view_on_disk(data_file):
+    path, payload = data_file
+    base = Buffer(f"DISK:{path}", 64, dtypes.uint8).allocate()
+    view = base.view(4, dtypes.uint16, 8)
+    np.testing.assert_array_equal(np.frombuffer(view.as_buffer(), np.uint16), payload[8:16].view(np.uint16))
+    out = memoryview(bytearray(8))
+    view.copyout(out)
+    assert bytes(out) == payload[8:16].tobytes()
+    with pytest.raises(ValueError):
+        base.view(100, dtypes.uint8, 0)
+
+def test_empty_disk_tensor_view(data_file):
+    path, _ = data_file
+    t = Tensor.empty(64, dtype=dtypes.uint8, device=f"disk:{path}")
+    e = disk_view(t, 10, 0)
+    assert e.shape == (0,) and e.to("CPU").numpy().shape == (0,)
