@@ -51,7 +51,7 @@ if not ARGS.keep_cache:
 
 import numpy as np
 import fusegrad
-import fusegrad.codegen
+import fusegrad.codegen, fusegrad.engine.realize
 from fusegrad import Tensor, GlobalCounters, Device
 from fusegrad.engine.realize import lower_schedule_item, method_cache
 
@@ -104,8 +104,11 @@ def fusegrad_kernel_time(build) -> float:
     for b in ei.bufs: b.ensure_allocated()
   GlobalCounters.reset()
   for ei in exec_items: ei.run(wait=True)
-  if len(exec_items) != 1: print(f"   note: expected one fused kernel, got {len(exec_items)}")
+  KERNEL_COUNT[0] = GlobalCounters.kernel_count
   return GlobalCounters.time_sum_s
+
+KERNEL_COUNT = [0]   # kernels in the last fusegrad_kernel_time call
+def kernel_label() -> str: return "fusegrad kernel only" + (f" ({KERNEL_COUNT[0]} kernels)" if KERNEL_COUNT[0] != 1 else "")
 
 def fusegrad_e2e_time(build) -> float:
   """Wall time of building a fresh lazy graph and realizing it (schedule + method-cache lookup + run)."""
@@ -141,7 +144,8 @@ def bench_elementwise(an, bn, cn, a, b, c, ta, tb, tc) -> None:
   for title, fg_fn, np_fn, torch_fn in chains:
     ref = np_fn(an, bn, cn)
     fg_out = fg_fn(a, b, c).numpy()
-    results = [("fusegrad kernel only", median_time(lambda: fusegrad_kernel_time(lambda: fg_fn(a, b, c))), f"err {rel_err(fg_out, ref):.1e}"),
+    t_kernel = median_time(lambda: fusegrad_kernel_time(lambda: fg_fn(a, b, c)))
+    results = [(kernel_label(), t_kernel, f"err {rel_err(fg_out, ref):.1e}"),
                ("fusegrad realize (e2e)", median_time(lambda: fusegrad_e2e_time(lambda: fg_fn(a, b, c))), ""),
                ("numpy", median_time(lambda: np_fn(an, bn, cn)), "reference")]
     del fg_out
@@ -152,7 +156,7 @@ def bench_elementwise(an, bn, cn, a, b, c, ta, tb, tc) -> None:
     else: results.append(("torch", None, "skipped"))
     notes = [f"GB/s counts {nbytes/2**20:.0f} MiB per call (3 inputs read + 1 output written, {n:,} float32 each)",
              "fg-kernel / fg-e2e ÷ peer: peer time ÷ fusegrad time, i.e. fusegrad throughput relative to the peer (>1: fusegrad faster)",
-             "fusegrad kernel only = GlobalCounters.time_sum_s of the one compiled call; e2e = build lazy graph + schedule + cached lookup + run"]
+             "fusegrad kernel only = GlobalCounters.time_sum_s of the compiled call(s); e2e = build lazy graph + schedule + cached lookup + run"]
     if torch is None: notes.append(TORCH_NOTE)
     print_table(f"1. elementwise {title}, {n:,} float32", BW_HEADER, bandwidth_rows(nbytes, results), notes)
 
@@ -160,7 +164,8 @@ def bench_reduce(an, a, ta) -> None:
   n = an.size
   ref = float(np.sum(an, dtype=np.float64))
   fg_val = a.sum().item()
-  results = [("fusegrad kernel only", median_time(lambda: fusegrad_kernel_time(lambda: a.sum())), f"err {rel_err(fg_val, ref):.1e}"),
+  t_kernel = median_time(lambda: fusegrad_kernel_time(lambda: a.sum()))
+  results = [(kernel_label(), t_kernel, f"err {rel_err(fg_val, ref):.1e}"),
              ("fusegrad realize (e2e)", median_time(lambda: fusegrad_e2e_time(lambda: a.sum())), ""),
              ("numpy", median_time(lambda: an.sum()), f"err {rel_err(an.sum(), ref):.1e}")]
   if torch is not None:
@@ -176,8 +181,8 @@ def bench_reduce(an, a, ta) -> None:
 # ---------------------------------------------------------------- 3: schedule + compile vs cached
 
 class PhaseTimer:
-  """Wraps the stages of lowering (codegen, cc, disk-cache lookup, library load) with timers,
-  without changing fusegrad: the functions are patched for the duration of a ``with`` block."""
+  """Times the stages of ``Tensor.realize`` without changing fusegrad: for the duration of a
+  ``with`` block, the functions realize goes through are replaced by timing wrappers."""
   def __init__(self) -> None:
     self.t: dict[str, float] = {}
     self.n: dict[str, int] = {}
@@ -193,17 +198,22 @@ class PhaseTimer:
   @contextlib.contextmanager
   def patched(self, device_name: str):
     dev = Device[device_name]
-    saved = (fusegrad.codegen.get_program, dev.compiler.compile, dev.compiler.compile_cached, dev.runtime)
-    # get_runner imports get_program from fusegrad.codegen at call time, so the module attribute is what it uses
-    fusegrad.codegen.get_program = self.wrap("codegen", saved[0])
-    dev.compiler.compile = self.wrap("cc", saved[1])
-    dev.compiler.compile_cached = self.wrap("compile_cached", saved[2])
-    dev.runtime = self.wrap("load", saved[3])
+    # (owner, attribute, timer key); getattr on the owner at call time is how fusegrad finds each of these:
+    # get_runner imports get_program from fusegrad.codegen when called, run_schedule calls the module-level
+    # lower_schedule_item, CompiledRunner calls device.compiler.compile_cached / device.runtime
+    targets = [(Tensor, "schedule", "schedule"), (fusegrad.engine.realize, "lower_schedule_item", "lower"),
+               (fusegrad.engine.realize.ExecItem, "run", "run"), (fusegrad.codegen, "get_program", "codegen"),
+               (dev.compiler, "compile", "cc"), (dev.compiler, "compile_cached", "compile_cached"), (dev, "runtime", "load")]
+    saved = []
+    for owner, attr, key in targets:
+      had_own = attr in vars(owner)
+      saved.append((owner, attr, had_own, vars(owner).get(attr)))
+      setattr(owner, attr, self.wrap(key, getattr(owner, attr)))   # a plain function: on a class it binds like the method
     try: yield self
     finally:
-      fusegrad.codegen.get_program = saved[0]
-      for attr in ("compile", "compile_cached"): dev.compiler.__dict__.pop(attr, None)
-      dev.runtime = saved[3]
+      for owner, attr, had_own, value in reversed(saved):
+        if had_own: setattr(owner, attr, value)
+        else: delattr(owner, attr)
 
 def mlp_graph(x: Tensor, weights: list[tuple[Tensor, Tensor]], k: float) -> Tensor:
   """A small MLP-like chain; the constant ``k`` appears in every layer so a new ``k`` means new kernels."""
@@ -213,29 +223,23 @@ def mlp_graph(x: Tensor, weights: list[tuple[Tensor, Tensor]], k: float) -> Tens
     h = h.relu() if i < len(weights) - 1 else h
   return h.log_softmax(-1).mean() * k
 
-def timed_realize(x, weights, k, device: str) -> tuple[dict[str, float], int]:
-  """One realize of a fresh graph, split into phases. Mirrors run_schedule (lower each item, run it)."""
+def timed_realize(x, weights, k, device: str) -> dict[str, float]:
+  """Build a fresh graph and ``realize()`` it, split into phases (the real realize path, timed from outside)."""
   pt = PhaseTimer()
   t0 = time.perf_counter()
   out = mlp_graph(x, weights, k)
   t1 = time.perf_counter()
-  items = out.schedule()           # create_schedule + rebinding the tensors to their buffers
+  with pt.patched(device): out.realize()
   t2 = time.perf_counter()
-  with pt.patched(device):
-    exec_items = []
-    for item in items:
-      exec_items.append(lower_schedule_item(item))   # method cache lookup, or codegen + compile + load
-  t3 = time.perf_counter()
-  for ei in exec_items: ei.run(wait=True)
-  t4 = time.perf_counter()
   out.item()                       # reads the scalar back (not counted)
-  cc, cached = pt.t.get("cc", 0.0), pt.t.get("compile_cached", 0.0)
-  phases = {"graph build (Tensor ops)": t1 - t0, "schedule (create_schedule)": t2 - t1, "codegen (get_program)": pt.t.get("codegen", 0.0),
-            "cc (C compiler)": cc, "disk cache lookup/store": cached - cc, "load (dlopen)": pt.t.get("load", 0.0),
-            "lower, other (method cache etc.)": (t3 - t2) - pt.t.get("codegen", 0.0) - cached - pt.t.get("load", 0.0),
-            "run kernels": t4 - t3, "total realize": t4 - t0}
-  phases["_kernels"], phases["_compiles"] = len(items), pt.n.get("cc", 0)
-  return phases, len(items)
+  g = lambda key: pt.t.get(key, 0.0)
+  lower_rest = g("lower") - g("codegen") - g("compile_cached") - g("load")
+  phases = {"graph build (Tensor ops)": t1 - t0, "schedule (Tensor.schedule)": g("schedule"), "codegen (get_program)": g("codegen"),
+            "cc (C compiler)": g("cc"), "disk cache lookup/store": g("compile_cached") - g("cc"), "load (dlopen)": g("load"),
+            "lowering, rest (method cache etc.)": lower_rest, "run kernels (ExecItem.run)": g("run"),
+            "rest of realize (memory plan etc.)": (t2 - t1) - g("schedule") - g("lower") - g("run"), "total realize": t2 - t0}
+  phases["_kernels"], phases["_compiles"] = pt.n.get("run", 0), pt.n.get("cc", 0)
+  return phases
 
 def bench_compile() -> None:
   device = Device.DEFAULT
@@ -250,14 +254,14 @@ def bench_compile() -> None:
     k = float(np.float32(1.0 + rand.random()))   # a constant no earlier kernel used: every kernel is new
     keys_before = set(method_cache)
     gc.collect()
-    cold.append(timed_realize(x, weights, k, device)[0])
+    cold.append(timed_realize(x, weights, k, device))
     # drop this graph's kernels from the in-process cache: the next realize finds the binaries on disk
     for key in set(method_cache) - keys_before: del method_cache[key]
     gc.collect()
-    disk.append(timed_realize(x, weights, k, device)[0])
+    disk.append(timed_realize(x, weights, k, device))
   for i in range(ARGS.cached_reps + 1):  # the graph of the last k, again: every kernel is a method-cache hit
     gc.collect()
-    phases = timed_realize(x, weights, k, device)[0]
+    phases = timed_realize(x, weights, k, device)
     if i > 0: hot.append(phases)
   med = lambda runs, key: statistics.median(r[key] for r in runs)
   keys = [k_ for k_ in cold[0] if not k_.startswith("_")]
@@ -271,13 +275,25 @@ def bench_compile() -> None:
            f"cold: median of {ARGS.compile_reps} realize(s), each with a new k (schedule + codegen + cc + load); "
            "disk-cache hit: same graph after removing its kernels from method_cache (codegen runs again, the binary comes from the on-disk cache); "
            f"method-cache hit: median of {ARGS.cached_reps} realize(s) of the same graph (a new lazy graph each time, so scheduling still runs)",
-           "all times ms; phases are measured around fusegrad functions (patched only inside this bench), 'lower, other' is the rest of lowering",
+           "all times ms; the graph is realized with Tensor.realize(), and its phases are timed by wrapping the fusegrad functions it calls "
+           "(only inside this bench); 'rest' rows are what the named phases leave out",
            f"on-disk cache: {'your normal fusegrad cache (--keep-cache)' if ARGS.keep_cache else 'a throwaway directory for this run'}"
            + ("; DISABLE_COMPILER_CACHE is set, so the disk-cache column recompiles" if Device[device].compiler.cachekey is None else "")]
   print_table(f"3. schedule + compile, fresh vs cached ({device})", ["phase", "cold (new kernels)", "disk-cache hit", "method-cache hit"],
               rows, notes)
 
 # ---------------------------------------------------------------- main
+
+def kernel_threads() -> str:
+  """How fusegrad's CPU kernels are threaded: OpenMP when the compiler supports it (newer fusegrad)."""
+  compiler = Device[Device.DEFAULT].compiler
+  if not getattr(compiler, "has_openmp", False): return "kernels single-threaded"
+  try:
+    import ctypes
+    # the libgomp already in the process (PyTorch ships its own libgomp.so.1; loaded first, fusegrad's kernels use it)
+    threads = ctypes.CDLL("libgomp.so.1").omp_get_max_threads()
+  except (OSError, AttributeError): threads = "?"
+  return f"OpenMP kernels, {threads} threads" + (" (torch.set_num_threads also sets these: same libgomp)" if torch is not None else "")
 
 def main() -> None:
   start = time.perf_counter()
@@ -286,7 +302,7 @@ def main() -> None:
   print(f"  python {platform.python_version()}, numpy {np.__version__}, "
         + (f"torch {torch.__version__} ({torch.get_num_threads()} threads)" if torch is not None else TORCH_NOTE))
   print(f"  cpus {os.cpu_count()}, {platform.machine()}, fusegrad device {Device.DEFAULT} ({Device[Device.DEFAULT].compiler.__class__.__name__}, "
-        f"kernels single-threaded), fusegrad at {os.path.dirname(fusegrad.__file__)}")
+        f"{kernel_threads()}), fusegrad at {os.path.dirname(fusegrad.__file__)}")
   print(f"  size {n:,} float32, median of {ARGS.reps} reps after {ARGS.warmup} warm-up")
   if hasattr(os, "getloadavg"):
     load = os.getloadavg()[0]

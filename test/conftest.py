@@ -27,3 +27,23 @@ def _restore_defaults():
     default_float, default_int = dtypes.default_float, dtypes.default_int
     yield
     dtypes.default_float, dtypes.default_int = default_float, default_int
+
+HANG_GUARD_S = int(os.environ.get("FUSEGRAD_TEST_HANG_GUARD", "60"))
+
+@pytest.fixture(autouse=True)
+def _hang_guard():
+    """Fail (instead of hanging the whole run) a test that is stuck for over HANG_GUARD_S seconds.
+    This is not a performance assertion: every test here takes well under a second normally."""
+    import signal, threading
+    if HANG_GUARD_S <= 0 or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGALRM"):
+        yield
+        return
+    def on_alarm(signum, frame):
+        raise TimeoutError(f"test still running after {HANG_GUARD_S} s: hang guard (set FUSEGRAD_TEST_HANG_GUARD=0 to disable)")
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(HANG_GUARD_S)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

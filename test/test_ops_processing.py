@@ -162,11 +162,15 @@ def test_avg_pool2d_dilation_matches_definition():
 def test_max_unpool2d(kernel, stride, padding):
     x = np.random.default_rng(2).permutation(2 * 2 * 6 * 7).reshape(2, 2, 6, 7).astype(np.float32)
     tv, ti = F.max_pool2d(torch.tensor(x), kernel, stride, padding, return_indices=True)
-    fv, fi = Tensor(x).max_pool2d(kernel, stride, padding=padding, return_indices=True)
-    helper_test_op(None, lambda v, i: F.max_unpool2d(v, i, kernel, stride, padding),
-                   lambda v, i: v.max_unpool2d(i, kernel, stride, padding=padding), vals=[tv.numpy(), ti.numpy().astype(np.int32)])
-    want = F.max_unpool2d(tv, ti, kernel, stride, padding, output_size=(6, 7)).numpy()
-    np.testing.assert_equal(fv.max_unpool2d(fi, kernel, stride, padding=padding, output_size=(2, 2, 6, 7)).numpy(), want)
+    helper_test_op(None, lambda v, i: F.max_unpool2d(v, i, kernel, stride, padding, output_size=(6, 7)),
+                   lambda v, i: v.max_unpool2d(i, kernel, stride, padding=padding, output_size=(2, 2, 6, 7)), vals=[tv.numpy(), ti.numpy().astype(np.int32)])
+
+def test_max_unpool2d_default_size_roundtrip():
+    x = np.random.default_rng(3).permutation(2 * 4 * 6).reshape(1, 2, 4, 6).astype(np.float32)
+    v, i = Tensor(x).max_pool2d(2, return_indices=True)
+    tv, ti = F.max_pool2d(torch.tensor(x), 2, return_indices=True)
+    np.testing.assert_equal(v.max_unpool2d(i, 2).numpy(), F.max_unpool2d(tv, ti, 2).numpy())
+    helper_test_op(None, lambda v, i: F.max_unpool2d(v, i, 2), lambda v, i: v.max_unpool2d(i, 2), vals=[tv.numpy(), ti.numpy().astype(np.int32)])
 
 def test_max_unpool2d_errors():
     with pytest.raises(RuntimeError): Tensor.empty(1, 1, 2, 2).max_unpool2d(Tensor.empty(1, 1, 2, 2))   # float indices
@@ -268,17 +272,19 @@ def test_scatter_tensor_src(dim):
     rng = np.random.default_rng(3)
     idx = np.stack([rng.permutation(4)[:3] for _ in range(3)], 1 if dim == 0 else 0).astype(np.int32)   # unique per line
     idx = idx[:3, :3] if dim == 0 else idx[:2, :3]
+    # torch's backward needs src shaped like index; a larger src is checked forward only
+    helper_test_op(None, lambda x, i, s: x.scatter(dim, i, s), lambda x, i, s: x.scatter(dim, i, s), vals=[rng.random((4, 4)), idx, rng.random(idx.shape)])
     helper_test_op(None, lambda x, i, s: x.scatter(dim, i, s), lambda x, i, s: x.scatter(dim, i, s),
-                   vals=[rng.random((4, 4)), idx, rng.random((3, 4))])
+                   vals=[rng.random((4, 4)), idx, rng.random((3, 4))], forward_only=True)
 
 def test_scatter_scalar_and_reduce():
     idx = np.array([[0, 1, 2, 0], [1, 2, 0, 1]], dtype=np.int32)
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     helper_test_op(None, lambda x, i: x.scatter(0, i, 2.5), lambda x, i: x.scatter(0, i, 2.5), vals=[x, idx])
     helper_test_op(None, lambda x, i, s: x.scatter(1, i, s, reduce="add"), lambda x, i, s: x.scatter(1, i, s, reduce="add"),
-                   vals=[x, np.array([[0, 0, 1, 3]], dtype=np.int32), np.ones((1, 4), np.float32) * 1.5])
+                   vals=[x, np.array([[0, 0, 1, 3]], dtype=np.int32), np.ones((1, 4), np.float32) * 1.5], forward_only=True)  # no torch derivative
     helper_test_op(None, lambda x, i, s: x.scatter(1, i, s, reduce="multiply"), lambda x, i, s: x.scatter(1, i, s, reduce="multiply"),
-                   vals=[x + 1, np.array([[0, 0, 1, 3]], dtype=np.int32), np.full((1, 4), 2.0, np.float32)])
+                   vals=[x + 1, np.array([[0, 0, 1, 3]], dtype=np.int32), np.full((1, 4), 2.0, np.float32)], forward_only=True)  # no torch derivative
     t = torch.tensor(x).scatter(0, torch.tensor(idx.astype(np.int64)), 7, reduce="add")
     np.testing.assert_allclose(Tensor(x).scatter(0, Tensor(idx), 7, reduce="add").numpy(), t.numpy())
 
@@ -301,11 +307,14 @@ def test_scatter_errors():
 def test_scatter_reduce(reduce, include_self):
     rng = np.random.default_rng(4)
     idx = np.array([[0, 1, 0, 3], [2, 2, 2, 1], [0, 0, 0, 0]], dtype=np.int32)   # repeats; column 2 of row... untouched rows exist
-    x, s = rng.uniform(0.5, 1.5, (4, 4)).astype(np.float32), rng.uniform(0.5, 1.5, (3, 5)).astype(np.float32)
+    x, s = rng.uniform(0.5, 1.5, (4, 4)).astype(np.float32), rng.uniform(0.5, 1.5, (3, 4)).astype(np.float32)
     helper_test_op(None, lambda x, i, s: x.scatter_reduce(0, i, s, reduce, include_self=include_self),
                    lambda x, i, s: x.scatter_reduce(0, i, s, reduce, include_self=include_self), vals=[x, idx, s], atol=1e-5)
     helper_test_op(None, lambda x, i, s: x.scatter_reduce(1, i, s, reduce, include_self=include_self),
                    lambda x, i, s: x.scatter_reduce(1, i, s, reduce, include_self=include_self), vals=[x[:3], idx, s], atol=1e-5)
+    big_src = rng.uniform(0.5, 1.5, (3, 6)).astype(np.float32)   # src larger than index: forward only (torch's backward refuses)
+    helper_test_op(None, lambda x, i, s: x.scatter_reduce(1, i, s, reduce, include_self=include_self),
+                   lambda x, i, s: x.scatter_reduce(1, i, s, reduce, include_self=include_self), vals=[x[:3], idx, big_src], atol=1e-5, forward_only=True)
 
 @pytest.mark.parametrize("reduce", ["sum", "mean", "amax", "amin", "prod"])
 def test_scatter_reduce_int(reduce):

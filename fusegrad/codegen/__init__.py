@@ -5,12 +5,13 @@
 """
 from __future__ import annotations
 from fusegrad.dtype import dtypes
-from fusegrad.helpers import prod, DEBUG, NOOPT
+from fusegrad.helpers import prod, DEBUG, NOOPT, TRANSCENDENTAL
 from fusegrad.uop.ops import UOp, Ops, GroupOp, AxisType, graph_rewrite
 from fusegrad.uop.symbolic import symbolic
 from fusegrad.renderer import Renderer, ProgramSpec
 from fusegrad.codegen.lowering import lower_reduces, to_launch_dims, narrow_index_dtype, emulate_bfloat16
 from fusegrad.codegen.linearize import linearize
+from fusegrad.codegen.transcendental import decompose_transcendentals
 
 def _range_size(r: UOp):
     bound = r.src[0]
@@ -52,6 +53,7 @@ def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Progr
     """Optimize, lower, linearize and render one kernel."""
     ast = graph_rewrite(ast, symbolic)
     name = kernel_name(ast)
+    if DEBUG >= 5: print(f"kernel {name}:\n{ast}")
     flops, mem = estimate_cost(ast)
     applied: tuple = ()
     from fusegrad.codegen.opt import optimize_kernel
@@ -59,6 +61,9 @@ def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Progr
     if renderer.has_local: ast, global_size, local_size = to_launch_dims(ast)
     else: global_size, local_size = [1, 1, 1], None
     ast = emulate_bfloat16(ast)
+    # exp2/log2/sin as polynomial code, so loops vectorize (libm calls are scalar)
+    if TRANSCENDENTAL >= 2 or (TRANSCENDENTAL >= 1 and not renderer.native_transcendentals):
+        ast = decompose_transcendentals(ast)
     ast = lower_reduces(ast)
     ast = graph_rewrite(ast, symbolic)
     ast = narrow_index_dtype(ast)

@@ -1,33 +1,36 @@
 """EXP2, LOG2 and SIN as plain arithmetic, so C compilers can vectorize loops that use them.
 
 A libm call (``exp2f``, ``log2f``, ``sinf``) is an opaque scalar function call: gcc won't vectorize
-a loop around it, and an elementwise ``exp`` runs ~40x slower than memory bandwidth allows. The
-functions here build the same math as a UOp graph of ADD/MUL/FDIV, comparisons, WHERE, CAST,
-BITCAST, TRUNC and integer AND/OR/SHL/SHR, which every renderer already knows and gcc vectorizes.
+a loop around it, and an elementwise ``exp`` runs far below memory bandwidth. The functions here
+build the same math as a UOp graph of float ADD/NEG/MUL (and one FDIV in log2), comparisons, WHERE,
+BITCAST and integer ADD/AND/OR/XOR/SHL/SHR, which every renderer already knows and gcc vectorizes.
 
-    xexp2(x)  2**x   range reduction x = n + f, |f| <= 1/2; 2**f by a polynomial; 2**n from exponent bits
-    xlog2(x)  log2 x exponent and mantissa from the bits; log2 of the mantissa by an atanh series fit
+    xexp2(x)  2**x   x = n + f, |f| <= 1/2; 2**f by a polynomial; 2**n from exponent bits, in two steps
+    xlog2(x)  log2 x exponent and mantissa from the bits; ln of the mantissa by an atanh series, * 1/ln 2
     xsin(x)   sin x  Cody-Waite reduction by pi/2, sin/cos polynomials on [-pi/4, pi/4], quadrant select
 
 float32 and float64 are computed natively; float16 (and bfloat16) are widened to float32, computed
-there and rounded back once. Accuracy, measured by test/codegen/test_transcendental.py against
-numpy's float64 (for float32) and numpy's long double (for float64), rounded to the target dtype:
+there and rounded back once. Accuracy, measured by test/codegen/test_transcendental.py (and with
+more samples while writing it) against numpy's float64 (for float32) and numpy's long double (for
+float64) rounded to the dtype, as the distance in ulps to that correctly rounded reference:
 
-    float32: exp2 <= 1 ulp on [-150, 130], log2 <= 1 ulp on all positive floats (subnormals too),
-             sin <= 1 ulp on [-1e4, 1e4] (and on [-1e5, 1e5], including the floats nearest to the
-             multiples of pi/2 there).
+    float32: exp2 <= 1 ulp on [-150, 130] (subnormal results too), log2 <= 1 ulp on all positive
+             floats (subnormals too), sin <= 1 ulp on [-1e5, 1e5], including the floats nearest
+             to the multiples of pi/2 there (|x - k*pi/2| down to 4e-9).
     float64: exp2 <= 1 ulp on [-1080, 1030], log2 <= 1 ulp, sin <= 1 ulp on [-1e9, 1e9].
+    float16: exp2 and log2 correctly rounded in the tests, sin <= 1 ulp.
 
 Special values follow C99 Annex F: exp2(+inf) = +inf, exp2(-inf) = 0, exp2 overflows to +inf and
 underflows through the subnormals to 0; log2(+-0) = -inf, log2(x<0) = NaN, log2(+inf) = +inf;
 sin(+-inf) = NaN, sin(-0.0) = -0.0; NaN gives NaN everywhere.
 
 sin outside the Cody-Waite range: the reduction multiplies the quadrant number q = round(x*2/pi)
-by pieces of pi/2 that are short enough for q*piece to be exact while q < 2**16 (float32) or
-q < 2**30 (float64), i.e. |x| < ~1.0e5 / ~1.6e9. Beyond that the reduction is no longer exact and
-the absolute error grows about linearly with |x| (float32: ~1e-4 at 1e6, garbage from ~1e8 on,
-float64: ~1e-7 at 1e16), like any Cody-Waite scheme without Payne-Hanek (not implemented). The
-reduced argument is clamped, so the result always stays in [-1, 1] and finite for finite x.
+by pieces of pi/2 short enough for q*piece to be exact while q < 2**16 (float32) or q < 2**30
+(float64), i.e. |x| < ~1.0e5 / ~1.6e9. Beyond that the reduction is no longer exact and the
+absolute error grows about linearly with |x| (measured without FMA, max abs error: float32 5e-3 at
+2e5, 3e-2 at 1e6, meaningless from ~1e7 on; float64 1e-6 at 1e10, 6e-5 at 1e12, 0.1 at 1e15), like
+any Cody-Waite scheme without Payne-Hanek (not implemented). The reduced argument is clamped, so
+the result stays finite and in [-1, 1] for every finite x.
 
 How to use it (the pipeline does not call it yet): run it over a kernel AST before linearizing, e.g.
 in ``fusegrad.codegen.get_program`` right before ``lower_reduces``::
@@ -35,14 +38,22 @@ in ``fusegrad.codegen.get_program`` right before ``lower_reduces``::
     from fusegrad.codegen.transcendental import decompose_transcendentals
     ast = decompose_transcendentals(ast)      # = graph_rewrite(ast, pm_transcendental)
 
-Only scalar dtypes are rewritten (a vector dtype, ``dtype.count > 1``, keeps its EXP2/LOG2/SIN).
-The graphs contain constants of the float dtype and of int32 (plus int64 for float64 bit work), and
-the ops CMPLT, CMPNE, WHERE, ADD, NEG, MUL, FDIV (log2 only), TRUNC (sin only, on floats), CAST
-(float <-> int32, int32 -> int64, int64 -> int32, float16 <-> float32) and BITCAST (float <-> same
-width int), and integer ADD, AND, OR, SHL, SHR. Every right shift is applied to a non-negative value
-and every left shift to a non-negative value that doesn't overflow, and float -> int casts only see
-values well inside int32, so nothing relies on undefined C behavior. Nothing depends on whether
-``a*b+c`` is fused (gcc's -ffp-contract=fast) or on the sign of TRUNC's zero.
+Running ``symbolic`` afterwards is fine (the tests check it changes no result bit). Only scalar
+dtypes are rewritten (a vector dtype, ``dtype.count > 1``, keeps its EXP2/LOG2/SIN).
+
+What the graphs contain: constants of the float dtype and of the same-width int (int32 / int64);
+float ADD, NEG, MUL, FDIV (log2 only), CMPLT, CMPNE, CMPEQ, WHERE; bool AND/OR; BITCAST float <->
+same-width int; int ADD, NEG, AND, OR, XOR, SHL, SHR; CAST only float16/bfloat16 <-> float32 (no
+float <-> int conversion at all). Every shift sees a non-negative value and no int op overflows, so
+nothing relies on undefined or implementation-defined C behavior, and nothing depends on whether
+``a*b+c`` is fused (gcc's -ffp-contract=fast): every product that matters is exact.
+
+Written for gcc's vectorizer (-O2/-O3 without -ffast-math): under the default -ftrapping-math gcc
+won't evaluate a float op or an ordered comparison conditionally-turned-unconditionally, so a select
+whose arm holds a computed float (the C renderer inlines single-use values into ?:) or a float ->
+int conversion after a select stops the loop from vectorizing ("control flow in loop"). The graphs
+therefore only select between constants or values that are used again, and fix special values by
+arithmetic (ret * (nan ? NaN : 1), ret + (special ? value : 0)) or on the bits.
 
 The polynomial coefficients were fitted once with ``mpmath.chebyfit`` (Chebyshev interpolation,
 near-minimax) at 50 digits, of the function named in each comment, on the interval named there,
@@ -101,8 +112,8 @@ def _round(v: UOp) -> tuple[UOp, UOp, UOp]:
 
 # ---------------------------------------------------------------- exp2
 
-# 2**f = 1 + f*E(f) with E(f) = (2**f - 1)/f on [-0.51, 0.51] (|f| <= 1/2, plus a margin for the
-# rounding of n below). E(0) = ln 2. Worst relative error of the rounded E:
+# 2**f = 1 + f*E(f) with E(f) = (2**f - 1)/f on [-0.51, 0.51] (|f| <= 1/2, plus a little margin).
+# E(0) = ln 2. Worst relative error of the rounded E:
 # float32, degree 5: 2.4e-8 (dominated by rounding ln 2 to float32); it enters the result
 #   multiplied by f*E/2**f <= 0.25, so it costs < 0.1 ulp.
 _EXP2_F32 = (0.6931471824645996, 0.24022650718688965, 0.05550352856516838, 0.009618078358471394,
@@ -119,9 +130,9 @@ def xexp2(x: UOp) -> UOp:
     subnormal is 2**-149 / 2**-1074, and 2**-150 / 2**-1075 already rounds to 0), above hi it is
     +inf. n = round(x) (see _round), f = x - n is exact (n is an integer next to x), |f| <= 1/2.
     2**n is applied as 2**(n>>1) * 2**(n - (n>>1)): both halves are normal exponents even when
-    2**n itself is subnormal or overflows, the first product p*2**(n>>1) is exact, and the second
-    rounds once, so subnormal results are correctly rounded and overflow becomes +inf by IEEE
-    arithmetic. NaN is swapped for 0 for the computation and put back at the end."""
+    2**n itself is subnormal or overflows (|n>>1| <= 80 / 550), the first product p*2**(n>>1) is
+    exact, and the second rounds once, so subnormal results are rounded once and overflow becomes
+    +inf by IEEE arithmetic. NaN is computed as 0 and turned back into NaN at the end."""
     dt = x.dtype
     idt = _BITS[dt][0]
     lo, hi, coeffs = (-160.0, 130.0, _EXP2_F32) if dt == dtypes.float32 else (-1100.0, 1030.0, _EXP2_F64)
@@ -239,13 +250,11 @@ def _two_sum(a: UOp, b: UOp) -> tuple[UOp, UOp]:
 def xsin(x: UOp) -> UOp:
     """sin(x) for a float32 or float64 UOp.
 
-    q = round(x * 2/pi) (half away from zero, with TRUNC, so huge x never meets an int cast),
-    r = x - q*pi/2 = r_hi + r_lo by Cody-Waite (see _PIO2_*), then by the quadrant q mod 4:
-    sin(r), cos(r), -sin(r), -cos(r), with r_lo entering to first order (sin(r_hi+r_lo) ~
-    sin(r_hi) + r_lo*cos(r_hi), cos(r_hi+r_lo) ~ cos(r_hi) - r_lo*r_hi). q mod 4 = q - 4*trunc(q/4)
-    is exact in floating point for every q (for q >= 2**24 / 2**53 it is 0, as good as anything
-    there), lies in (-4, 4) before its cast to int32, and & 3 makes negative residues positive (two's
-    complement). Infinite and NaN x are replaced by 0 for the computation and give NaN; +-0 returns x."""
+    q = round(x * 2/pi) (see _round; y is clamped first so that works for any x), r = x - q*pi/2 =
+    r_hi + r_lo by Cody-Waite (see _PIO2_*), then by the quadrant q mod 4 (the low two bits of the
+    rounded t, two's complement, so negative q works too): sin(r), cos(r), -sin(r), -cos(r), with
+    r_lo entering to first order (sin(r_hi+r_lo) ~ sin(r_hi) + r_lo*cos(r_hi), cos(r_hi+r_lo) ~
+    cos(r_hi) - r_lo*r_hi). Infinite and NaN x are computed as 0 and give NaN; +-0 returns x."""
     dt = x.dtype
     idt = _BITS[dt][0]
     f32 = dt == dtypes.float32
@@ -258,7 +267,6 @@ def xsin(x: UOp) -> UOp:
     y = _where(y < _c(dt, -limit), -limit, y)
     y = _where(_c(dt, limit) < y, limit, y)
     t, q, _ = _round(y)
-    # q mod 4 from the low bits of t (two's complement, so negative q works too)
     quadrant = t.bitcast(idt) & _c(idt, 3)
     r, r_lo = xs, _c(dt, 0.0)
     for k, c in enumerate(pio2):

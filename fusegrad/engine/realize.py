@@ -99,6 +99,7 @@ def lower_schedule_item(item) -> ExecItem:
 
 def run_schedule(schedule: list, var_vals: dict[UOp, int] | None = None, do_update_stats: bool = True) -> None:
     """Run every item in order."""
+    if DEBUG >= 1 and schedule: print(f"realize: running {len(schedule)} kernel{'s' if len(schedule) != 1 else ''}")
     for item in schedule:
         exec_item = lower_schedule_item(item)
         for hook in capturing: hook(exec_item)

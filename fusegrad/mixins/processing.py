@@ -265,9 +265,12 @@ class ProcessingMixin:
             output_size = tuple((i - 1) * s - (pB + pA) + (d * (k - 1) + 1) for i, k, d, s, (pB, pA) in zip(spatial, k_, d_, s_, p_))
         else: output_size = tuple(output_size)[-len(k_):]
         n = prod(output_size)
-        flat_idx = indices.reshape(*lead, 1, -1)               # (*lead, 1, n_in)
-        mask = _one_hot(flat_idx, n).transpose(-1, -2)       # (*lead, n, n_in)
-        ret = mask.where(self.reshape(*lead, 1, -1), 0).sum(-1, dtype=self.dtype)
+        mask = _one_hot(indices.reshape(*lead, -1), n).transpose(-1, -2)   # (*lead, n, n_in)
+        total = mask.where(self.reshape(*lead, 1, -1), 0).sum(-1, dtype=self.dtype)
+        # overlapping windows can name the same input twice (with the same value): write it once, like
+        # torch, while each pooled value still gets the full gradient of its output position
+        count = mask.sum(-1, dtype=_dt().int32).maximum(1).cast(self.dtype)
+        ret = total - (total - total / count).detach() if _dt().is_float(self.dtype) else total.idiv(count)
         return ret.reshape(*lead, *output_size)
 
     # ================================================================ cumulative ops

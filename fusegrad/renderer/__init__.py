@@ -21,6 +21,7 @@ class Renderer:
     local_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
     shared_max: int = 32768
     max_vector_bytes: int = 64       # widest vector register (AVX-512)
+    native_transcendentals: bool = True   # False: exp2/log2/sin are decomposed into polynomials
     tensor_cores: list = []
     def render(self, name: str, uops: list[UOp]) -> str: raise NotImplementedError
     def __reduce__(self): return self.__class__, ()

@@ -183,5 +183,6 @@ class ClangRenderer(CStyleLanguage):
     parallel loops (each thread gets private accumulators)."""
     device = "CPU"
     has_local = False
+    native_transcendentals = False   # libm calls would stop loops from vectorizing
     def __init__(self, has_threads: bool = False): self.has_threads = has_threads
     def __reduce__(self): return self.__class__, (self.has_threads,)

@@ -18,7 +18,7 @@ from fusegrad.dtype import dtypes
 from fusegrad.helpers import prod, DEBUG
 from fusegrad.uop.ops import UOp, Ops, GroupOp, graph_rewrite, graph_rewrite_map, PatternMatcher, UPat
 from fusegrad.schedule.tensor_rules import tensor_simplify, const_value
-from fusegrad.schedule.rangeify import build_kernel
+from fusegrad.schedule.rangeify import build_kernel, reads_other_elements
 
 # ---------------------------------------------------------------- buffers behind BUFFER uops
 
@@ -45,6 +45,8 @@ class ScheduleItem:
     ast: UOp
     buffer_uops: tuple[UOp, ...]
     var_vals: tuple[tuple[UOp, int], ...] = ()
+    raw_reads: frozenset = frozenset()      # buffers read with their contents from before this schedule
+    assigns: tuple[UOp, ...] = ()           # buffers this item overwrites in place
     @property
     def bufs(self) -> list: return [buffer_of(b) for b in self.buffer_uops]
     @property
@@ -185,13 +187,15 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     points = find_realize_points(simplified)
     realized: dict[UOp, UOp] = {}
     items: list[ScheduleItem] = []
+    def add_kernel(outputs: list, assigned: tuple = ()) -> None:
+        ast, buffers, raw_reads = build_kernel(outputs, realized)
+        ast, var_vals = _unbind(ast)
+        items.append(ScheduleItem(ast, tuple(buffers), var_vals, frozenset(raw_reads), assigned))
     for unit in group_kernels(points):
         if len(unit) > 1:
             outs = [new_buffer_uop(node.device, prod(node.shape), node.dtype) for node in unit]
-            ast, buffers = build_kernel([(node, out, out) for node, out in zip(unit, outs)], realized)
+            add_kernel([(node, out, out) for node, out in zip(unit, outs)])
             realized.update(zip(unit, outs))
-            ast, var_vals = _unbind(ast)
-            items.append(ScheduleItem(ast, tuple(buffers), var_vals))
             continue
         node = unit[0]
         if node.op is Ops.COPY:
@@ -204,15 +208,19 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
         if node.op is Ops.ASSIGN:
             target, value = node.src
             target_buffer = realized.get(target.base, target.base)
-            ast, buffers = build_kernel([(value, target, target_buffer)], {**realized, target.base: target_buffer})
+            ast, buffers, _ = build_kernel([(value, target, target_buffer)], realized)
+            if reads_other_elements(ast, buffers.index(target_buffer)):
+                # the value reads the target at other positions: compute it into a new buffer first
+                temp = new_buffer_uop(node.device, prod(value.shape), value.dtype)
+                add_kernel([(value, temp, temp)])
+                value = temp.reshape(value.shape)
+            add_kernel([(value, target, target_buffer)], (target_buffer,))
             realized[node] = target_buffer
-        else:
-            value = node.src[0] if node.op is Ops.CONTIGUOUS else node
-            out = new_buffer_uop(node.device, prod(node.shape), node.dtype)
-            ast, buffers = build_kernel([(value, out, out)], realized)
-            realized[node] = out
-        ast, var_vals = _unbind(ast)
-        items.append(ScheduleItem(ast, tuple(buffers), var_vals))
+            continue
+        value = node.src[0] if node.op is Ops.CONTIGUOUS else node
+        out = new_buffer_uop(node.device, prod(node.shape), node.dtype)
+        add_kernel([(value, out, out)])
+        realized[node] = out
     # every realized node becomes a view of its buffer
     node_map = {}
     for node, buffer in realized.items():
@@ -229,20 +237,31 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
 
 def order_for_memory(items: list[ScheduleItem]) -> list[ScheduleItem]:
     """Reorder kernels (keeping every dependency) so intermediates die early: among the kernels
-    whose inputs are ready, run the one that frees the most bytes, then the oldest."""
-    if len(items) < 3: return items
+    whose inputs are ready, run the one that frees the most bytes, then the oldest.
+
+    Dependencies: a kernel reading a buffer waits for its latest writer; a kernel reading a
+    buffer's contents from *before* this schedule runs before every kernel that assigns to it
+    (so `b + a.sum()` built before `a.assign(...)` sees the old `a`). If both can't hold, the
+    reads and assigns form a cycle and that is an error."""
+    assigners: dict[UOp, list[int]] = {}
+    for i, item in enumerate(items):
+        for b in item.assigns: assigners.setdefault(b, []).append(i)
     writer: dict[UOp, int] = {}
     readers: dict[UOp, set[int]] = {}
-    deps: list[set[int]] = []
+    deps: list[set[int]] = [set() for _ in items]
     for i, item in enumerate(items):
         n_out = len(item.ast.src) if item.ast.op is Ops.SINK else 1
         outs, ins = item.buffer_uops[:n_out], item.buffer_uops[n_out:]
-        needed = {writer[b] for b in item.buffer_uops if b in writer}
-        # a write must also wait for earlier readers of the old contents (assign)
-        for b in outs: needed |= readers.get(b, set())
-        deps.append(needed - {i})
+        for b in ins:
+            if b in item.raw_reads and b in assigners:
+                for j in assigners[b]:
+                    if j != i: deps[j].add(i)
+            elif b in writer: deps[i].add(writer[b])
+        for b in outs:
+            if b in writer: deps[i].add(writer[b])
         for b in ins: readers.setdefault(b, set()).add(i)
         for b in outs: writer[b] = i
+    for i in range(len(items)): deps[i].discard(i)
     remaining_reads = {b: len(r) for b, r in readers.items()}
     users: dict[int, list[int]] = {}
     for i, d in enumerate(deps):
@@ -264,5 +283,7 @@ def order_for_memory(items: list[ScheduleItem]) -> list[ScheduleItem]:
         for u in users.get(best, []):
             waiting[u] -= 1
             if waiting[u] == 0: ready.append(u)
-    assert len(order) == len(items), "kernel dependencies have a cycle"
+    if len(order) != len(items):
+        raise RuntimeError("these assigns and reads form a cycle: a kernel must read a buffer's old contents after another "
+                           "kernel overwrote it; realize the reads before assigning")
     return [items[i] for i in order]

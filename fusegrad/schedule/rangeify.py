@@ -59,6 +59,7 @@ class KernelBuilder:
     slots: dict[UOp, int] = field(default_factory=dict)          # BUFFER uop -> PARAM slot
     range_count: int = 0
     memo: dict[tuple, UOp] = field(default_factory=dict)
+    raw_reads: set[UOp] = field(default_factory=set)   # buffers read as they were before this schedule
     reduce_ranges: dict[tuple, tuple[UOp, ...]] = field(default_factory=dict)
 
     def new_range(self, size, kind: AxisType, parents: tuple[UOp, ...] = ()) -> UOp:
@@ -124,9 +125,13 @@ class KernelBuilder:
         return UOp(Ops.LOAD, buffer.dtype, (index,))
 
     def _lower(self, node: UOp, idxs: tuple[UOp, ...], valid: UOp | None) -> UOp:
-        if (buffer := self.realized.get(node)) is not None: return self.load(buffer, node.shape, idxs, valid)
+        if (buffer := self.realized.get(node)) is not None and node.op is not Ops.BUFFER:
+            return self.load(buffer, node.shape, idxs, valid)
         op = node.op
-        if op is Ops.BUFFER: return self.load(node, node.shape, idxs, valid)
+        if op is Ops.BUFFER:
+            # reading the buffer node itself means its contents from before any assign in this schedule
+            self.raw_reads.add(node)
+            return self.load(node, node.shape, idxs, valid)
         if op is Ops.CONST:
             if isinstance(node.arg, UOp): return node.arg.cast(node.dtype)
             return UOp.const(node.dtype, node.arg)
@@ -171,10 +176,11 @@ class KernelBuilder:
         if buffer.op is not Ops.BUFFER: raise RuntimeError(f"assign target must be a realized buffer, got {node.op}")
         return flat_index(idxs, node.shape), valid, buffer
 
-def build_kernel(outputs: list[tuple[UOp, UOp, UOp]], realized: dict[UOp, UOp]) -> tuple[UOp, list[UOp]]:
+def build_kernel(outputs: list[tuple[UOp, UOp, UOp]], realized: dict[UOp, UOp]) -> tuple[UOp, list[UOp], set[UOp]]:
     """Build one kernel that computes every ``(value node, store target view, output buffer)``.
     All outputs share the shape of the first one (and so share their loops).
-    Returns the AST (a SINK of STOREs) and the BUFFER uops in PARAM slot order."""
+    Returns the AST (a SINK of STOREs), the BUFFER uops in PARAM slot order, and the buffers read
+    with their contents from before this schedule (see KernelBuilder.raw_reads)."""
     builder = KernelBuilder(realized)
     for _, _, out_buffer in outputs: builder.slots.setdefault(out_buffer, len(builder.slots))
     # outputs may differ only in size-1 dims: loops come from the non-1 dims, shared by all
@@ -193,4 +199,16 @@ def build_kernel(outputs: list[tuple[UOp, UOp, UOp]], realized: dict[UOp, UOp]) 
         stores.append(builder.param(out_buffer).index(index, gate).store(value))
     ast = UOp(Ops.SINK, dtypes.void, tuple(stores))
     buffers = sorted(builder.slots, key=builder.slots.__getitem__)
-    return ast, buffers
+    return ast, buffers, builder.raw_reads
+
+def reads_other_elements(ast: UOp, slot: int) -> bool:
+    """Does the kernel read buffer ``slot`` anywhere other than the element it stores to? (Then
+    writing it in place would race with those reads.)"""
+    from fusegrad.uop.symbolic import symbolic
+    from fusegrad.uop.ops import graph_rewrite
+    ast = graph_rewrite(ast, symbolic)
+    stores = [x for x in ast.toposort if x.op is Ops.STORE and x.src[0].src[0].op is Ops.PARAM and x.src[0].src[0].arg == slot]
+    store_indices = {x.src[0].src[1] for x in stores}
+    loads = [x for x in ast.toposort if x.op is Ops.LOAD and x.src[0].op is Ops.INDEX and x.src[0].src[0].op is Ops.PARAM
+             and x.src[0].src[0].arg == slot]
+    return any(ld.src[0].src[1] not in store_indices for ld in loads)
