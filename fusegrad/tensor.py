@@ -223,7 +223,9 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return self.reshape(()).numpy().item()
 
     def contiguous(self) -> "Tensor":
-        """A copy laid out densely in memory (always its own buffer once realized)."""
+        """This tensor laid out densely in memory. A realized tensor that already is a whole
+        buffer is returned as it is (no copy); use clone() for a copy."""
+        if _is_plain(self.uop) and self._is_realized(): return self
         return self._apply(Ops.CONTIGUOUS)
     def contiguous_backward(self) -> "Tensor":
         """Identity forward; the gradient flowing back is made contiguous."""
@@ -233,7 +235,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return Tensor(self.uop.src[0] if self.uop.op is Ops.DETACH else UOp(Ops.DETACH, self.dtype, (self.uop,)), requires_grad=False)
     def clone(self) -> "Tensor":
         """A new tensor with a copy of the values."""
-        return Tensor(self.contiguous().uop, requires_grad=self.requires_grad)
+        return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)), requires_grad=self.requires_grad)
 
     def assign(self, x: Any) -> "Tensor":
         """Write ``x`` into this tensor's buffer (lazily): ``a.assign(a + 1)``."""

@@ -229,7 +229,8 @@ def main() -> None:
     parser.add_argument("--random", action="store_true", help="random weights instead of a checkpoint")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--heads", type=int, default=None, help="attention heads (default: config.json next to the weights, else dim // 64)")
+    parser.add_argument("--heads", type=int, default=None,
+                        help="attention heads (default: 4 with --random; config.json beside the weights, else dim // 64)")
     parser.add_argument("--vocab", type=int, default=128)
     parser.add_argument("--context", type=int, default=1024)
     parser.add_argument("--prompt", default=None, help="text prompt (needs the tiktoken package)")

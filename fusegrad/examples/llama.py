@@ -122,7 +122,8 @@ class Transformer:
     """LLaMA. ``logits(tokens, start_pos)`` for a chunk of tokens; ``forward`` also samples the next
     token; ``__call__`` picks the jitted single-token path when it can."""
     def __init__(self, config: LlamaConfig):
-        if config.n_heads % config.n_kv_heads: raise ValueError(f"n_heads ({config.n_heads}) must be a multiple of n_kv_heads ({config.n_kv_heads})")
+        if config.n_heads % config.n_kv_heads:
+            raise ValueError(f"n_heads ({config.n_heads}) must be a multiple of n_kv_heads ({config.n_kv_heads})")
         self.config = config
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
         self.layers = [TransformerBlock(config) for _ in range(config.n_layers)]
