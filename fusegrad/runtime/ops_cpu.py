@@ -6,6 +6,10 @@ from fusegrad.device import Compiled, Compiler, CompileError, MallocAllocator
 from fusegrad.helpers import cache_dir, content_hash, getenv
 from fusegrad.renderer.cstyle import ClangRenderer
 
+# OpenMP threads sleep between kernels instead of spinning: spinning wins a few microseconds on
+# an idle machine but wastes whole time slices when the cores are shared (tests, other programs)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 def _compiler_command() -> list[str]:
     return [os.environ.get("CC", "cc")]
 

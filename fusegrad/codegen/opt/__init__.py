@@ -194,7 +194,8 @@ def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
             if (amount := _largest_divisor(_size(reduces[-1]), (16, 8, 4))) is not None:
                 opts.append(Opt(OptOps.UNROLL, len(axes) - 1, amount))
     threads = cpu_count()
-    if getattr(renderer, "has_threads", False) and threads > 1 and globals_ and work >= 1 << 16:
+    # threads pay off only when a kernel runs well above the cost of waking them (~tens of us)
+    if getattr(renderer, "has_threads", False) and threads > 1 and globals_ and work >= getenv("THREAD_MIN_WORK", 1 << 20):
         first = _size(globals_[0])
         if isinstance(first, int) and first >= threads: opts.append(Opt(OptOps.THREAD, 0, threads))
     return opts
