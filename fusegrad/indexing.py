@@ -22,16 +22,19 @@ def _is_advanced(index: Any) -> bool:
 
 def _slice_dim(x: "Tensor", dim: int, index: slice) -> "Tensor":
     size = x.shape[dim]
+    if not isinstance(size, int):
+        if index == slice(None): return x
+        raise IndexError(f"dimension {dim} has symbolic size {size.render()}: only ':' can slice it; use shrink with a Variable")
     start, stop, step = index.indices(size)
     if step > 0:
         count = max(0, math.ceil((stop - start) / step))
-        x = x.shrink(tuple((start, start + max(0, min(stop - start, count * step - (step - 1)))) if i == dim else None
+        x = x.shrink(tuple((start, start + max(0, min(size - start, count * step))) if i == dim else None
                            for i in range(x.ndim)))
     else:
         count = max(0, math.ceil((start - stop) / -step))
         # after flipping, index i of the flipped dim is size-1-i of the original
         flipped_start = size - 1 - start
-        x = x.flip(dim).shrink(tuple((flipped_start, flipped_start + max(0, count * -step - (-step - 1))) if i == dim else None
+        x = x.flip(dim).shrink(tuple((flipped_start, flipped_start + max(0, min(size - flipped_start, count * -step))) if i == dim else None
                                      for i in range(x.ndim))) if count else \
             x.shrink(tuple((0, 0) if i == dim else None for i in range(x.ndim)))
         step = -step
@@ -68,8 +71,11 @@ def getitem(x: "Tensor", indices: Any) -> "Tensor":
             raise IndexError("boolean scalar indices are not supported")
         elif isinstance(item, int):
             size = result.shape[dim]
-            if not -size <= item < size: raise IndexError(f"index {item} is out of bounds for dimension {dim} with size {size}")
-            item = item + size if item < 0 else item
+            if isinstance(size, int):
+                if not -size <= item < size: raise IndexError(f"index {item} is out of bounds for dimension {dim} with size {size}")
+                item = item + size if item < 0 else item
+            elif not 0 <= item < size.vmin:   # symbolic size: the index must be valid for every value
+                raise IndexError(f"index {item} may be out of bounds for dimension {dim} of symbolic size {size.render()}")
             result = result.shrink(tuple((item, item + 1) if i == dim else None for i in range(result.ndim)))
             result = result.reshape(result.shape[:dim] + result.shape[dim + 1:])
         elif isinstance(item, slice):

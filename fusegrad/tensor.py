@@ -25,7 +25,7 @@ all_tensors: "weakref.WeakSet[Tensor]" = weakref.WeakSet()
 def _fromnp(array: Any, device: str, dtype: DType | None) -> UOp:
     """Copy a numpy array into a new device buffer and return a view of it with the array's shape."""
     import numpy as np
-    array = np.ascontiguousarray(array)
+    array = np.ascontiguousarray(array).reshape(np.shape(array))   # (ascontiguousarray makes 0-d arrays 1-d)
     target = dtype if dtype is not None else from_np(array.dtype)
     if target.fmt is None:   # bfloat16 / fp8: numpy can't hold them, so go through float32
         return _fromnp(array.astype(np.float32), device, dtypes.float32).cast(target)
@@ -196,6 +196,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     def numpy(self) -> Any:
         """A numpy copy: ``Tensor([1, 2]).numpy()`` is ``array([1, 2], dtype=int32)``."""
         import numpy as np
+        if isinstance(self.device, str) and self.device.startswith("DISK:"): return self.to("CPU").numpy()
         if dtypes.is_weak(self.dtype): return self.cast(dtypes.concrete(self.dtype)).numpy()
         if self.dtype.fmt is None: return self.cast(dtypes.float32).numpy()
         if isinstance(self.device, tuple): return self.to(self.device[0]).numpy()
@@ -211,7 +212,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     def data(self) -> memoryview:
         """The values as a memoryview shaped like the tensor."""
         array = self.numpy()
-        return memoryview(array).cast(array.dtype.char, self.shape) if array.ndim and 0 not in self.shape else memoryview(array)
+        return memoryview(array)   # numpy's buffer export already has the shape (an ND memoryview can't be cast again)
 
     def tolist(self) -> Any:
         """Nested Python lists: ``Tensor([[1, 2]]).tolist() == [[1, 2]]``."""
@@ -237,8 +238,16 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """A new tensor with a copy of the values."""
         return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)), requires_grad=self.requires_grad)
 
+    def replace(self, x: "Tensor") -> "Tensor":
+        """Make this tensor refer to ``x``'s data (same shape), dropping its own graph."""
+        if x.shape != self.shape: raise ValueError(f"replace shape mismatch: {self.shape} vs {x.shape}")
+        self.uop = x.uop
+        return self
     def assign(self, x: Any) -> "Tensor":
         """Write ``x`` into this tensor's buffer (lazily): ``a.assign(a + 1)``."""
+        if isinstance(self.device, str) and self.device.startswith("DISK:"):
+            from fusegrad.runtime.ops_disk import disk_assign
+            return disk_assign(self, x)
         if not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)
         if x.shape != self.shape: raise ValueError(f"assign shape mismatch: target {self.shape}, value {x.shape}")
         if x.device != self.device: raise ValueError(f"assign device mismatch: target {self.device}, value {x.device}")
@@ -259,6 +268,9 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             from fusegrad.schedule.tensor_rules import const_value
             if (value := const_value(source)) is not None:
                 return Tensor(UOp.const(self.dtype, value, device, self.shape), requires_grad=self.requires_grad)
+        if isinstance(self.device, str) and self.device.startswith("DISK:") and not _is_plain(self.uop):
+            from fusegrad.runtime.ops_disk import disk_view_uop   # a slice/bitcast of a file is a sub-buffer
+            return Tensor(disk_view_uop(self.uop), requires_grad=self.requires_grad).to(device)
         copied = Tensor(UOp(Ops.COPY, self.dtype, (self.contiguous().uop if not _is_plain(source) else source,), device),
                         requires_grad=self.requires_grad)
         return copied
@@ -407,13 +419,16 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """``count`` random uint32 values from Threefry-2x32 (20 rounds), keyed by the seed and a
         per-device counter that advances by ``count`` on every call."""
         counter = Tensor._rng_counter(device)
+        # advance the counter first and derive the draw from the advanced value: the increment is
+        # then part of every draw's graph, so it is realized (and captured by TinyJit) with it
+        counter.assign(counter + count)
+        start = Tensor(counter.uop, requires_grad=False) - count
         half = ceildiv(count, 2)
-        base = counter.reshape(()).expand((half,)) if half else counter
+        base = start.reshape(()).expand((half,)) if half else start
         counts0 = Tensor.arange(half, device=device, dtype=dtypes.uint32) + base
         counts1 = counts0 + half
         key0, key1 = Tensor._seed & 0xFFFFFFFF, (Tensor._seed >> 32) & 0xFFFFFFFF
         x0, x1 = _threefry2x32(counts0, counts1, key0, key1)
-        counter.assign(counter + count)
         return x0.cat(x1)[:count] if count else x0
     @staticmethod
     def rand(*shape, device: str | None = None, dtype: DType | str | None = None, **kwargs) -> "Tensor":
@@ -533,6 +548,9 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if old == new: return self if self.dtype == dtype else self._apply(Ops.BITCAST, dtype=dtype)
         if not self.shape or (self.shape[-1] * old) % new != 0:
             raise ValueError(f"can't bitcast shape {self.shape} of {self.dtype} to {dtype}: the last dimension doesn't divide")
+        if isinstance(self.device, str) and self.device.startswith("DISK:"):
+            from fusegrad.runtime.ops_disk import disk_view
+            return disk_view(self, dtype=dtype)
         raise NotImplementedError(f"bitcast between item sizes ({self.dtype} -> {dtype}) is supported only on DISK tensors")
     def float(self) -> "Tensor": return self.cast(dtypes.float32)
     def half(self) -> "Tensor": return self.cast(dtypes.float16)
@@ -757,7 +775,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """Smallest value over ``axis``."""
         return self._inverse().max(axis, keepdim)._inverse()
     def any(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
-        return self.bool().max(axis, keepdim)
+        return self.bool()._reduce(Ops.MAX, axis, keepdim)   # not .max(): any() of nothing is False
     def all(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
         return self.logical_not().any(axis, keepdim).logical_not()
     def mean(self, axis: Any = None, keepdim: bool = False) -> "Tensor":

@@ -28,7 +28,7 @@ def _restore_defaults():
     yield
     dtypes.default_float, dtypes.default_int = default_float, default_int
 
-HANG_GUARD_S = int(os.environ.get("FUSEGRAD_TEST_HANG_GUARD", "60"))
+HANG_GUARD_S = int(os.environ.get("FUSEGRAD_TEST_HANG_GUARD", "20"))
 
 @pytest.fixture(autouse=True)
 def _hang_guard():

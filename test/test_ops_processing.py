@@ -364,7 +364,7 @@ def test_sort(shape, dim, descending):
 @pytest.mark.parametrize("descending", [False, True])
 def test_sort_ties_stable(descending):
     x = np.array([[3, 1, 2, 1, 3, 3, 0, 1, 2], [1, 1, 1, 1, 1, 1, 1, 1, 1]], dtype=np.float32)
-    tv, ti = torch.tensor(x).sort(-1, descending=descending, stable=True)
+    tv, ti = torch.tensor(x).sort(dim=-1, descending=descending, stable=True)
     fv, fi = Tensor(x).sort(-1, descending)
     np.testing.assert_array_equal(fv.numpy(), tv.numpy())
     np.testing.assert_array_equal(fi.numpy(), ti.numpy())
@@ -373,11 +373,11 @@ def test_sort_ties_stable(descending):
 @pytest.mark.parametrize("descending", [False, True])
 def test_sort_ints_infs_nans(descending):
     xi = np.array([5, -3, 2147483647, -2147483648, 0, 7], dtype=np.int32)
-    tv, ti = torch.tensor(xi).sort(descending=descending, stable=True)
+    tv, ti = torch.tensor(xi).sort(dim=-1, descending=descending, stable=True)
     fv, fi = Tensor(xi).sort(descending=descending)
     np.testing.assert_array_equal(fv.numpy(), tv.numpy()); np.testing.assert_array_equal(fi.numpy(), ti.numpy())
     xf = np.array([np.nan, 1.0, np.inf, -np.inf, np.nan, 0.0, np.inf], dtype=np.float32)
-    tv, ti = torch.tensor(xf).sort(descending=descending, stable=True)
+    tv, ti = torch.tensor(xf).sort(dim=-1, descending=descending, stable=True)
     fv, fi = Tensor(xf).sort(descending=descending)
     np.testing.assert_array_equal(fv.numpy(), tv.numpy()); np.testing.assert_array_equal(fi.numpy(), ti.numpy())
 

@@ -143,10 +143,13 @@ def emulate_bfloat16(sink: UOp) -> UOp:
         return p.replace(dtype=dtypes.uint16.ptr(p.dtype.size))
     def fix_load(ld: UOp, idx: UOp) -> UOp | None:
         if ld.dtype != bf16 or idx.op is not Ops.INDEX or idx.src[0].op is not Ops.PARAM: return None
-        return _bf16_bits_to_float(UOp(Ops.LOAD, dtypes.uint16, ld.src))
+        bits_index = idx.replace(dtype=dtypes.uint16.ptr(idx.dtype.size))
+        return _bf16_bits_to_float(UOp(Ops.LOAD, dtypes.uint16, (bits_index,) + ld.src[1:]))
     def fix_store(st: UOp, idx: UOp, val: UOp) -> UOp | None:
         if idx.op is not Ops.INDEX or idx.src[0].op is not Ops.PARAM or idx.dtype.base != bf16: return None
-        return UOp(Ops.STORE, dtypes.void, (idx, _float_to_bf16_bits(val)) + st.src[2:])
+        # the new store indexes the buffer as uint16 bits, so this rule doesn't match it again
+        bits_index = idx.replace(dtype=dtypes.uint16.ptr(idx.dtype.size))
+        return UOp(Ops.STORE, dtypes.void, (bits_index, _float_to_bf16_bits(val)) + st.src[2:])
     def fix_cast(c: UOp, x: UOp) -> UOp | None:
         # sources are already rewritten, so a former bfloat16 source is float32 by now
         return _round_to_bf16(x.cast(f32)) if c.dtype == bf16 else None

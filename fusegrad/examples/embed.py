@@ -87,7 +87,10 @@ class BertEmbeddings:
         seqlen = input_ids.shape[1]
         # positions 0..T-1 are just the first T rows of the table: slice, no lookup
         pos = self.position_embeddings.weight.shrink(((0, seqlen), None))
-        return self.LayerNorm(self.word_embeddings(input_ids) + pos + self.token_type_embeddings(token_type_ids))
+        x = self.word_embeddings(input_ids) + pos + self.token_type_embeddings(token_type_ids)
+        # contiguous: LayerNorm reads x twice (mean, variance); without a buffer the one-hot lookup
+        # over the 30522-row table would be recomputed in each of those kernels
+        return self.LayerNorm(x.contiguous())
 
 class BertSelfAttention:
     def __init__(self, c: BertConfig):
@@ -106,7 +109,8 @@ class BertAddNorm:
         self.dense = nn.Linear(in_features, c.hidden_size)
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
 
-    def __call__(self, x: Tensor, residual: Tensor) -> Tensor: return self.LayerNorm(residual + self.dense(x))
+    # contiguous for the same reason as in BertEmbeddings: the matmul is computed once, not once per LayerNorm kernel
+    def __call__(self, x: Tensor, residual: Tensor) -> Tensor: return self.LayerNorm((residual + self.dense(x)).contiguous())
 
 class BertAttention:
     def __init__(self, c: BertConfig):

@@ -580,18 +580,18 @@ class ProcessingMixin:
         n = self.shape[dim]
         if n <= 1: return self, Tensor.zeros(*self.shape, dtype=dtypes.int32, device=self.device)
         work_dtype = dtypes.int32 if self.dtype == dtypes.bool else self.dtype
+        is_float = dtypes.is_float(work_dtype)
         x = self.cast(work_dtype).transpose(dim, -1)
         lead = x.shape[:-1]
         stages = (n - 1).bit_length()
         N = 1 << stages
-        is_float = dtypes.is_float(work_dtype)
-        pad_value = dtypes.min(work_dtype) if descending else dtypes.max(work_dtype)
+        # padding sorts last: ascending floats pad with nan (nan is the largest), the index breaks ties
+        pad_value = dtypes.min(work_dtype) if descending else (math.nan if is_float else dtypes.max(work_dtype))
         v = x.pad([None] * len(lead) + [(0, N - n)], value=pad_value)
         i = Tensor.arange(N, device=self.device, requires_grad=False).reshape((1,) * len(lead) + (N,)).expand(*lead, N)
         # bit b of the position lives at axis -(b+1) after unflattening
         v, i = v.reshape(*lead, *(2,) * stages), i.reshape(*lead, *(2,) * stages)
         nd = len(lead) + stages
-        kv = v.detach()
 
         def before(av, ai, bv, bi) -> "Tensor":
             """True where element a must come before b (total order with the index as tie break)."""
@@ -608,19 +608,20 @@ class ProcessingMixin:
             return (t.shrink(tuple((0, 1) if a == axis else None for a in range(nd))),
                     t.shrink(tuple((1, 2) if a == axis else None for a in range(nd))))
 
-        def exchange(v: "Tensor", kv: "Tensor", i: "Tensor", axis: int, mirror_axes: tuple) -> tuple:
-            (av, bv), (ak, bk), (ai, bi) = split(v, axis), split(kv, axis), split(i, axis)
-            if mirror_axes: bv, bk, bi = bv.flip(*mirror_axes), bk.flip(*mirror_axes), bi.flip(*mirror_axes)
-            swap = before(bk, bi, ak, ai)
-            nav, nbv, nak, nbk, nai, nbi = swap.where(bv, av), swap.where(av, bv), swap.where(bk, ak), swap.where(ak, bk), swap.where(bi, ai), swap.where(ai, bi)
-            if mirror_axes: nbv, nbk, nbi = nbv.flip(*mirror_axes), nbk.flip(*mirror_axes), nbi.flip(*mirror_axes)
-            return (nav.cat(nbv, dim=axis).contiguous(), nak.cat(nbk, dim=axis).contiguous(), nai.cat(nbi, dim=axis).contiguous())
+        def exchange(v: "Tensor", i: "Tensor", axis: int, mirror_axes: tuple) -> tuple:
+            (av, bv), (ai, bi) = split(v, axis), split(i, axis)
+            if mirror_axes: bv, bi = bv.flip(*mirror_axes), bi.flip(*mirror_axes)
+            swap = before(bv, bi, av, ai)
+            nav, nbv, nai, nbi = swap.where(bv, av), swap.where(av, bv), swap.where(bi, ai), swap.where(ai, bi)
+            if mirror_axes: nbv, nbi = nbv.flip(*mirror_axes), nbi.flip(*mirror_axes)
+            # one kernel per stage, forward and backward (else the stages fuse into one huge expression)
+            return nav.cat(nbv, dim=axis).contiguous().contiguous_backward(), nai.cat(nbi, dim=axis).contiguous()
 
         for stage in range(1, stages + 1):
             for sub in range(stage - 1, -1, -1):
                 axis = nd - 1 - sub
                 mirror = tuple(nd - 1 - b for b in range(sub)) if sub == stage - 1 else ()
-                v, kv, i = exchange(v, kv, i, axis, mirror)
+                v, i = exchange(v, i, axis, mirror)
         v, i = v.reshape(*lead, N).shrink(tuple([None] * len(lead) + [(0, n)])), i.reshape(*lead, N).shrink(tuple([None] * len(lead) + [(0, n)]))
         return v.transpose(dim, -1).cast(self.dtype), i.transpose(dim, -1).cast(dtypes.int32)
 
@@ -1037,8 +1038,9 @@ class ProcessingMixin:
             tau = (norm == 0).where(0.0, -s * u1 / (norm == 0).where(1.0, norm))   # (..., 1)
             v = w.pad(tuple([None] * len(b_shape) + [(i, 0)])).unsqueeze(-1)          # (..., m, 1)
             tau = tau.unsqueeze(-1)                                                   # (..., 1, 1)
-            R = (R - (v * tau) @ (v.transpose(-2, -1) @ R)).contiguous()
-            Q = (Q - (Q @ v) @ (tau * v).transpose(-2, -1)).contiguous()
+            v, tau = v.contiguous().contiguous_backward(), tau.contiguous().contiguous_backward()
+            R = (R - (v * tau) @ (v.transpose(-2, -1) @ R)).contiguous().contiguous_backward()
+            Q = (Q - (Q @ v) @ (tau * v).transpose(-2, -1)).contiguous().contiguous_backward()
         return Q, R
 
     def svd(self: "Tensor", full_matrices: bool = True) -> tuple["Tensor", "Tensor", "Tensor"]:

@@ -23,7 +23,7 @@ from fusegrad.tensor import Tensor
 from fusegrad.dtype import DType, dtypes, to_np_dtype
 from fusegrad.device import Device
 from fusegrad.helpers import prod, DEBUG, GlobalCounters
-from fusegrad.runtime.ops_disk import is_disk, disk_view, disk_buffer, disk_byte_range
+from fusegrad.runtime.ops_disk import is_disk, disk_view, disk_buffer, tensor_bytes
 
 __all__ = ["safe_load", "safe_save", "safe_load_metadata", "get_state_dict", "get_parameters", "load_state_dict",
            "torch_load", "tar_extract", "zip_extract", "gguf_load", "TensorIO", "safe_dtypes", "inverse_safe_dtypes"]
@@ -78,11 +78,16 @@ class _Source:
         if prod(shape) * dtype.itemsize != nbytes:
             raise ValueError(f"corrupt {self.what}: {name} has {nbytes} bytes, but shape {shape} of {dtype} needs {prod(shape) * dtype.itemsize}")
         if is_disk(self.t.device): return disk_view(self.t, offset, nbytes, dtype, shape)
-        import numpy as np
-        raw = self._np[offset:offset + nbytes]
-        if dtype.fmt is not None: return Tensor(raw.view(to_np_dtype(dtype)).reshape(shape), device=self.t.device, dtype=dtype)
-        carrier = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[dtype.itemsize]
-        return Tensor(raw.view(to_np_dtype(carrier)).reshape(shape), device=self.t.device, dtype=carrier).bitcast(dtype)
+        return _tensor_from_bytes(self._np[offset:offset + nbytes].tobytes(), dtype, shape, self.t.device)
+
+def _tensor_from_bytes(raw: bytes, dtype: DType, shape: tuple, device: str) -> Tensor:
+    """A realized tensor holding exactly ``raw`` (any dtype, bfloat16 and fp8 included: no kernel runs)."""
+    from fusegrad.uop.ops import UOp
+    from fusegrad.schedule import new_buffer_uop, buffer_of
+    if prod(shape) == 0: return Tensor(UOp.const(dtype, 0, device, tuple(shape)), requires_grad=False)
+    u = new_buffer_uop(device, prod(shape), dtype)
+    buffer_of(u).allocate().copyin(memoryview(raw))
+    return Tensor(u.reshape(tuple(shape)), requires_grad=False)
 
 class TensorIO(io.RawIOBase):
     """A read-only, seekable file over a 1-d uint8 tensor: ``zipfile.ZipFile(TensorIO(t))`` works."""
@@ -115,22 +120,7 @@ class TensorIO(io.RawIOBase):
     def write(self, s: Any) -> int: raise io.UnsupportedOperation("TensorIO.write not supported")
     def writelines(self, lines: Any) -> None: raise io.UnsupportedOperation("TensorIO.writelines not supported")
 
-def _raw_bytes(t: Tensor) -> bytes:
-    """The bytes of a tensor in row-major order (bfloat16 and fp8 as their raw bits), read from its realized
-    buffer: same-size bitcasts are peeled off first, since they don't change the bytes."""
-    from fusegrad.uop.ops import Ops
-    from fusegrad.schedule import buffer_of
-    if isinstance(t.device, tuple): t = t.to(t.device[0])
-    if is_disk(t.device): t = disk_view(t).to(Device.DEFAULT)
-    u = t.uop
-    while u.op in (Ops.DETACH, Ops.CONTIGUOUS_BACKWARD) or (u.op is Ops.BITCAST and u.dtype.itemsize == u.src[0].dtype.itemsize): u = u.src[0]
-    x = Tensor(u, requires_grad=False)
-    if x.numel() == 0: return b""
-    if not (u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)) or not x._is_realized():
-        x = x.contiguous().realize()
-    buf = buffer_of(x.uop.base)
-    if x.uop.base.op is not Ops.BUFFER or buf.nbytes != x.numel() * t.dtype.itemsize: raise RuntimeError(f"couldn't read the bytes of a {t.dtype} tensor of shape {t.shape}")
-    return bytes(buf.as_buffer())
+_raw_bytes = tensor_bytes
 
 def _write_file(path: Any, parts: list[tuple[int, bytes]], total: int) -> None:
     """Write ``parts`` (offset, bytes) into a new file of ``total`` bytes through the DISK device."""
@@ -473,9 +463,7 @@ def _build_tensor(ref: _TensorRef, src: _Source, places: dict[str, int]) -> Tens
     elems = padded.view(carrier)
     gathered = np.lib.stride_tricks.as_strided(elems, shape=size, strides=tuple(st * itemsize for st in stride)).copy()
     device = src.t.device if not is_disk(src.t.device) else Device.DEFAULT
-    if ref.dtype.fmt is not None: return Tensor(gathered.view(to_np_dtype(ref.dtype)), device=device, dtype=ref.dtype)
-    carrier_dtype = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[itemsize]
-    return Tensor(gathered, device=device, dtype=carrier_dtype).bitcast(ref.dtype)
+    return _tensor_from_bytes(gathered.tobytes(), ref.dtype, size, device)
 
 def _c_strides(shape: tuple) -> tuple:
     strides, acc = [], 1

@@ -247,3 +247,37 @@ def disk_buffer(t: Any) -> Any:
     v = disk_view(t)
     if v.numel() == 0: raise ValueError("an empty DISK tensor has no buffer")
     return buffer_of(v.uop.base).ensure_allocated()
+
+def tensor_bytes(t: Any) -> bytes:
+    """The bytes of a tensor in row-major order (bfloat16 and fp8 as their raw bits), read from its realized
+    buffer: same-size bitcasts are peeled off first, since they don't change the bytes."""
+    from fusegrad.tensor import Tensor
+    from fusegrad.device import Device
+    from fusegrad.uop.ops import Ops, GroupOp
+    from fusegrad.schedule import buffer_of
+    if isinstance(t.device, tuple): t = t.to(t.device[0])
+    if is_disk(t.device): t = disk_view(t).to(Device.DEFAULT)
+    u, movement = t.uop, []
+    while True:   # movement ops over same-size bitcasts: replay the movement on the bitcast's source instead
+        if u.op in GroupOp.Movement: movement.append((u.op, u.arg))
+        elif not (u.op in (Ops.DETACH, Ops.CONTIGUOUS_BACKWARD) or (u.op is Ops.BITCAST and u.dtype.itemsize == u.src[0].dtype.itemsize)): break
+        u = u.src[0]
+    for op, arg in reversed(movement): u = u._mop(op, arg)
+    x = Tensor(u, requires_grad=False)
+    if x.numel() == 0: return b""
+    if not (u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)) or not x._is_realized():
+        x = x.contiguous().realize()
+    buf = buffer_of(x.uop.base)
+    if x.uop.base.op is not Ops.BUFFER or buf.nbytes != x.numel() * t.dtype.itemsize: raise RuntimeError(f"couldn't read the bytes of a {t.dtype} tensor of shape {t.shape}")
+    return bytes(buf.as_buffer())
+
+def disk_assign(target: Any, value: Any) -> Any:
+    """Write ``value`` into the bytes of the DISK tensor ``target`` (a slice or bitcast of a file) now, through
+    ``copyin``: what ``Tensor.assign`` needs on DISK. Returns ``target``."""
+    from fusegrad.tensor import Tensor
+    if not isinstance(value, Tensor): value = Tensor(value, dtype=target.dtype)
+    if value.shape != target.shape: raise ValueError(f"assign shape mismatch: target {target.shape}, value {value.shape}")
+    if value.dtype != target.dtype: value = value.cast(target.dtype)
+    if target.numel() == 0: return target
+    disk_buffer(target).copyin(memoryview(tensor_bytes(value)))
+    return target

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import prod, DEBUG
-from fusegrad.uop.ops import UOp, Ops, GroupOp, graph_rewrite, graph_rewrite_map, PatternMatcher, UPat
+from fusegrad.uop.ops import UOp, Ops, GroupOp, graph_rewrite, graph_rewrite_map, graph_rewrite_memo, PatternMatcher, UPat
 from fusegrad.schedule.tensor_rules import tensor_simplify, const_value
 from fusegrad.schedule.rangeify import build_kernel, reads_other_elements
 
@@ -179,10 +179,88 @@ def _unbind(ast: UOp) -> tuple[UOp, tuple[tuple[UOp, int], ...]]:
     ast = ast.substitute({b: b.src[0] for b in binds})
     return ast, tuple(values.items())
 
+# ---------------------------------------------------------------- the schedule cache
+
+@dataclass
+class _Template:
+    """A schedule with its buffers written as references: ("in", i) is the BUFFER at position i of
+    the graph's toposort, ("new", k) the k-th buffer this schedule creates."""
+    items: list[tuple]
+    realized: list[tuple[int, tuple]]
+    new_buffers: list[tuple]
+    roots: list[tuple]          # what each root becomes: ("same",), ("buffer", ref), ("assign",) or ("const", uop)
+
+SCHEDULE_CACHE: dict[tuple, _Template] = {}
+SCHEDULE_CACHE_SIZE = 256
+
+def _structure_key(roots: list[UOp]) -> tuple[tuple, list[UOp]]:
+    """A key equal for graphs that differ only in which buffers they read (and the toposort that
+    the key's positions refer to)."""
+    order = list(UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort)
+    position = {u: i for i, u in enumerate(order)}
+    key = tuple((u.op, u.dtype, (u.arg[1], u.arg[2]) if u.op is Ops.BUFFER else u.arg, tuple(position[s] for s in u.src))
+                for u in order)
+    return key, order
+
+def _from_template(template: _Template, order: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+    fresh = [new_buffer_uop(*spec) for spec in template.new_buffers]
+    def resolve(ref: tuple) -> UOp: return order[ref[1]] if ref[0] == "in" else fresh[ref[1]]
+    items = [ScheduleItem(ast, tuple(resolve(r) for r in refs), var_vals, frozenset(resolve(r) for r in raw), tuple(resolve(r) for r in assigns))
+             for ast, refs, var_vals, raw, assigns in template.items]
+    becomes: dict[UOp, UOp] = {}
+    for index, ref in template.realized:
+        node = order[index]
+        becomes[node] = node.src[0] if node.op is Ops.ASSIGN else resolve(ref).reshape(node.shape)
+    for root, result in zip(order[-1].src, template.roots):
+        if result[0] == "buffer": becomes[root] = resolve(result[1]).reshape(root.shape)
+        elif result[0] == "assign": becomes[root] = root.src[0]
+        elif result[0] == "const": becomes[root] = result[1]
+    return items, becomes
+
+def _root_result(root: UOp, new: UOp | None, ref) -> tuple | None:
+    from fusegrad.schedule.tensor_rules import const_value
+    if new is None: return ("same",)
+    if root.op is Ops.ASSIGN and new is root.src[0]: return ("assign",)
+    if new.base.op is Ops.BUFFER and new.op in (Ops.BUFFER, Ops.RESHAPE): return ("buffer", ref(new.base))
+    if not any(x.op is Ops.BUFFER for x in new.toposort): return ("const", new)
+    return None
+
+def _to_template(items: list[ScheduleItem], realized: dict[UOp, UOp], order: list[UOp], becomes: dict[UOp, UOp]) -> _Template | None:
+    position = {u: i for i, u in enumerate(order)}
+    new_buffers: dict[UOp, int] = {}
+    def ref(b: UOp) -> tuple:
+        if b in position: return ("in", position[b])
+        return ("new", new_buffers.setdefault(b, len(new_buffers)))
+    try:
+        entries = [(item.ast, tuple(ref(b) for b in item.buffer_uops), item.var_vals, tuple(ref(b) for b in item.raw_reads),
+                    tuple(ref(b) for b in item.assigns)) for item in items]
+        # realized nodes that simplification changed aren't in the original graph: no live tensor has them
+        realized_refs = [(position[node], ref(buffer)) for node, buffer in realized.items() if node in position]
+        roots = [_root_result(root, becomes.get(root), ref) for root in order[-1].src]
+    except KeyError: return None
+    if any(r is None for r in roots): return None
+    specs = [None] * len(new_buffers)
+    for b, k in new_buffers.items(): specs[k] = (b.arg[1], b.arg[2], b.dtype)
+    return _Template(entries, realized_refs, specs, roots)
+
 def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     """Schedule the realization of ``roots``. Returns the items in run order and ``becomes``, a map
-    from original graph nodes to their new form (a view of a buffer, or a constant)."""
-    simplified = graph_rewrite_map(roots, tensor_simplify)
+    from original graph nodes to their new form (a view of a buffer, or a constant).
+
+    Graphs with the same structure (differing only in the buffers they read) reuse a cached
+    schedule: this is what makes repeating the same computation on new data cheap."""
+    key, order = _structure_key(roots)
+    if (template := SCHEDULE_CACHE.get(key)) is not None: return _from_template(template, order)
+    items, becomes, realized = _create_schedule(roots)
+    if (template := _to_template(items, realized, order, becomes)) is not None:
+        if len(SCHEDULE_CACHE) >= SCHEDULE_CACHE_SIZE: SCHEDULE_CACHE.pop(next(iter(SCHEDULE_CACHE)))
+        SCHEDULE_CACHE[key] = template
+    return items, becomes
+
+def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, UOp]]:
+    sink = UOp(Ops.SINK, dtypes.void, tuple(roots))
+    simplify_memo = graph_rewrite_memo(sink, tensor_simplify)
+    simplified = list(simplify_memo[sink].src)
     becomes: dict[UOp, UOp] = {r: s for r, s in zip(roots, simplified) if r is not s}
     points = find_realize_points(simplified)
     realized: dict[UOp, UOp] = {}
@@ -202,7 +280,8 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
             src = node.src[0]
             src_buffer = realized.get(src, src.base)
             out = new_buffer_uop(node.device, prod(node.shape), node.dtype)
-            items.append(ScheduleItem(node, (out, src_buffer)))
+            # the item keeps no tensor graph (a cached schedule must not keep buffers alive)
+            items.append(ScheduleItem(UOp(Ops.COPY, node.dtype, (), node.arg), (out, src_buffer)))
             realized[node] = out
             continue
         if node.op is Ops.ASSIGN:
@@ -231,9 +310,14 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     for original, new in zip(roots, final):
         if original is not new: becomes[original] = new
     for node, new in node_map.items(): becomes.setdefault(node, new)
+    # live tensors hold nodes from *before* simplification: map those too (an assign held by a
+    # tensor must become its buffer, or it would run again)
+    for original, rewritten in simplify_memo.items():
+        if original is not rewritten and rewritten in node_map: becomes.setdefault(original, node_map[rewritten])
+    realized = {**realized, **{o: realized[r] for o, r in simplify_memo.items() if o is not r and r in realized}}
     items = order_for_memory(items)
     if DEBUG >= 1 and len(items) >= 10: print(f"scheduled {len(items)} kernels")
-    return items, becomes
+    return items, becomes, realized
 
 def order_for_memory(items: list[ScheduleItem]) -> list[ScheduleItem]:
     """Reorder kernels (keeping every dependency) so intermediates die early: among the kernels

@@ -101,20 +101,30 @@ class UOp(metaclass=UOpMetaClass):
 
     # ---------------------------------------------------------------- graph walks
     @functools.cached_property
-    def toposort(self) -> dict["UOp", None]:
-        """Every UOp this one depends on (itself last), sources before users. Iterative, so deep
-        graphs don't hit the recursion limit."""
+    def _ancestors(self) -> dict["UOp", None]:
+        """Every UOp this one depends on, sources before users, *without* itself: caching a dict
+        that contains the UOp itself would make a reference cycle, and graphs (with their
+        buffers) would then wait for the cycle collector instead of being freed at once."""
         order: dict[UOp, None] = {}
-        stack: list[tuple[UOp, bool]] = [(self, False)]
+        stack: list[tuple[UOp, bool]] = [(s, False) for s in reversed(self.src)]
         while stack:
             node, expanded = stack.pop()
             if node in order: continue
             if expanded: order[node] = None
+            elif "_ancestors" in node.__dict__:   # reuse a cached sub-walk
+                for x in node._ancestors:
+                    if x not in order: order[x] = None
+                order[node] = None
             else:
                 stack.append((node, True))
                 for s in reversed(node.src):
                     if s not in order: stack.append((s, False))
         return order
+    @property
+    def toposort(self) -> "Toposort":
+        """Every UOp this one depends on (itself last), sources before users. Iterative, so deep
+        graphs don't hit the recursion limit."""
+        return Toposort(self._ancestors, self)
     def sparents(self) -> dict["UOp", None]: return self.toposort
 
     # ---------------------------------------------------------------- shapes (tensor graph)
@@ -297,6 +307,19 @@ class UOp(metaclass=UOpMetaClass):
     def key(self) -> bytes:
         import hashlib
         return hashlib.sha256(pretty_print(self).encode()).digest()
+
+class Toposort:
+    """A read-only ordered view of a graph: the cached ancestors, then the node itself."""
+    __slots__ = ("ancestors", "node")
+    def __init__(self, ancestors: dict[UOp, None], node: UOp): self.ancestors, self.node = ancestors, node
+    def __iter__(self) -> Iterator[UOp]:
+        yield from self.ancestors
+        yield self.node
+    def __contains__(self, x: object) -> bool: return x is self.node or x in self.ancestors
+    def __len__(self) -> int: return len(self.ancestors) + 1
+    def __reversed__(self) -> Iterator[UOp]:
+        yield self.node
+        yield from reversed(self.ancestors)
 
 # ---------------------------------------------------------------- shape inference
 
@@ -555,6 +578,10 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, replace_map: d
     """Rewrite ``root`` bottom-up to a fixed point: sources first, then the node, again and again
     until no rule applies. Memoized, and iterative (no recursion limit on deep graphs).
     ``replace_map`` substitutes nodes before any rule runs."""
+    return graph_rewrite_memo(root, pm, ctx, replace_map)[root]
+
+def graph_rewrite_memo(root: UOp, pm: PatternMatcher, ctx: Any = None, replace_map: dict[UOp, UOp] | None = None) -> dict[UOp, UOp]:
+    """Like graph_rewrite, but returns what every node of the graph was rewritten to."""
     done: dict[UOp, UOp] = dict(replace_map) if replace_map else {}
     stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
     while stack:
@@ -578,7 +605,7 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, replace_map: d
         else:
             assert pending is not None
             done[node] = done[pending]
-    return done[root]
+    return done
 
 def graph_rewrite_map(roots: Sequence[UOp], pm: PatternMatcher, ctx: Any = None) -> list[UOp]:
     """Rewrite several roots with one memo (shared subgraphs are rewritten once)."""

@@ -142,3 +142,19 @@ def test_empty_disk_tensor_view(data_file):
     t = Tensor.empty(64, dtype=dtypes.uint8, device=f"disk:{path}")
     e = disk_view(t, 10, 0)
     assert e.shape == (0,) and e.to("CPU").numpy().shape == (0,)
+
+def test_disk_assign_writes_through(tmp_path):
+    from fusegrad.runtime.ops_disk import disk_assign
+    path = tmp_path / "w.bin"
+    t = Tensor.empty(16, dtype=dtypes.uint8, device=f"disk:{path}")
+    disk_assign(disk_view(t[0:8], dtype=dtypes.int64), [123456789])
+    disk_assign(disk_view(t[8:16], dtype=dtypes.float16), Tensor([1.0, -2.0, 0.5, 4.0], dtype=dtypes.float16))
+    raw = path.read_bytes()
+    assert struct_unpack("<q", raw[:8]) == 123456789
+    assert np.frombuffer(raw[8:], np.float16).tolist() == [1.0, -2.0, 0.5, 4.0]
+    with pytest.raises(ValueError, match="shape mismatch"):
+        disk_assign(t[0:4], Tensor([1, 2], dtype=dtypes.uint8))
+
+def struct_unpack(fmt, b):
+    import struct
+    return struct.unpack(fmt, b)[0]

@@ -1,0 +1,314 @@
+#!/usr/bin/env python3
+"""Kernel benchmarks: how fast fusegrad's generated CPU code is, next to PyTorch, numpy and tinygrad.
+
+    python bench/bench_kernels.py                          # everything (~4-5 min on a quiet 2-core machine)
+    python bench/bench_kernels.py --only matmul --sizes 512 1024 --beam-sizes 512
+    python bench/bench_kernels.py --only mnist --mnist-batch 128 --peers fusegrad torch
+    python bench/bench_kernels.py --help
+
+1. matmul: fp32 N×N @ N×N — fusegrad's default heuristic, fusegrad with BEAM=2 (search time, and
+   the time of the same realize in a new process where the search result comes from the on-disk
+   cache), PyTorch, numpy, tinygrad. GFLOPS (2·N³ per product) and ratios vs PyTorch.
+2. elementwise: ``exp(relu(a*b+c))`` over 16M floats (one fused fusegrad kernel) — GB/s counting
+   16 bytes per element (3 reads + 1 write), vs PyTorch eager, numpy and tinygrad.
+3. mnist: the tinygrad MNIST CNN (4 convs, 2 BatchNorms, Linear(576, 10)) trained with Adam on
+   random 28×28 data, jitted: time per step vs the same model in PyTorch (and tinygrad), plus the
+   first step (schedule + compile) with an empty on-disk cache.
+
+Every measurement runs in its own child process (see bench/_benchutil.py). Medians; no
+assertions on timings. See bench/README.md.
+"""
+from __future__ import annotations
+import argparse, os, sys, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _benchutil import (ChildRunner, SkipPeer, child_main, device_sync, fmt, import_framework, median_time, print_header,
+                        print_table, ratio, report_load_after, status)
+
+SECTIONS = ["matmul", "elementwise", "mnist"]
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--only", nargs="+", choices=SECTIONS, default=SECTIONS, help="run only these sections")
+    p.add_argument("--peers", nargs="+", choices=["fusegrad", "torch", "numpy", "tinygrad"], default=["fusegrad", "torch", "numpy", "tinygrad"],
+                   help="which frameworks to run")
+    p.add_argument("--threads", type=int, default=2, help="threads per peer (OMP_NUM_THREADS, torch.set_num_threads, OPENBLAS_NUM_THREADS)")
+    p.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048], help="matmul sizes N (N×N @ N×N)")
+    p.add_argument("--beam-sizes", type=int, nargs="*", default=[1024],
+                   help="matmul sizes that also get a BEAM search (it compiles and times ~100 candidates a round: "
+                        "minutes for N=2048 on 2 cores)")
+    p.add_argument("--beam", type=int, default=2, help="BEAM width")
+    p.add_argument("--reps", type=int, default=5, help="timed repetitions for matmul and elementwise (median)")
+    p.add_argument("--size", type=int, default=1 << 24, help="elements for the elementwise bench")
+    p.add_argument("--mnist-batch", type=int, default=512)
+    p.add_argument("--mnist-steps", type=int, default=3, help="timed jitted steps (median)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds before a child process is abandoned")
+    p.add_argument("--verbose", action="store_true", help="show the children's stderr")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if min(args.reps, args.size, args.mnist_batch, args.mnist_steps, args.threads, *args.sizes, *(args.beam_sizes or [1])) < 1:
+        p.error("sizes and counts must be positive")
+    return args
+
+# ================================================================ child tasks (each in a fresh process)
+
+def _torch(threads: int):
+    try: import torch
+    except ImportError as e: raise SkipPeer(f"PyTorch not importable ({e})")
+    torch.set_num_threads(threads)
+    return torch
+
+def _rel_err(x, ref) -> float:
+    import numpy as np
+    x, ref = np.asarray(x, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    return float(np.max(np.abs(x - ref)) / max(float(np.max(np.abs(ref))), 1e-30))
+
+def _fusegrad_kernel_time(build, reps: int) -> tuple[float, int]:
+    """Median of the compiled kernel calls only (GlobalCounters.time_sum_s after ExecItem.run(wait=True)),
+    for a graph built, scheduled and lowered untimed. Returns (seconds, kernels)."""
+    import statistics
+    from fusegrad import GlobalCounters
+    from fusegrad.engine.realize import lower_schedule_item
+    out = build()
+    items = [lower_schedule_item(si) for si in out.schedule()]
+    for ei in items:
+        for b in ei.bufs: b.ensure_allocated()
+    times = []
+    for i in range(reps + 1):
+        GlobalCounters.reset()
+        for ei in items: ei.run(wait=True)
+        if i: times.append(GlobalCounters.time_sum_s)
+    return statistics.median(times), len(items)
+
+def _inputs(shapes, seed=0):
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s, dtype=np.float32) for s in shapes]
+
+def task_matmul(t: dict) -> dict:
+    import numpy as np
+    n, reps, fw_name = t["n"], t["reps"], t["framework"]
+    an, bn = _inputs([(n, n), (n, n)])
+    ref = None
+    if t.get("check", True) and fw_name != "numpy": ref = an @ bn
+    if fw_name == "numpy":
+        return {"t": median_time(lambda: an @ bn, reps, warmup=1)}
+    if fw_name == "torch":
+        torch = _torch(t["threads"])
+        a, b = torch.from_numpy(an), torch.from_numpy(bn)
+        err = _rel_err((a @ b).numpy(), ref)
+        return {"t": median_time(lambda: a @ b, reps, warmup=1), "err": err}
+    fw, Tensor, TinyJit, GC, *_rest, Device = import_framework(fw_name)
+    sync = device_sync(Device)
+    a, b = Tensor(an).realize(), Tensor(bn).realize()
+    if fw_name == "tinygrad":
+        st = time.perf_counter(); out = (a @ b).realize(); sync(); first = time.perf_counter() - st
+        err = _rel_err(out.numpy(), ref)
+        return {"t": median_time(lambda: (a @ b).realize(), reps, warmup=1, sync=sync), "err": err, "first": first}
+    # fusegrad: heuristic (beam 0) or BEAM=t["beam"]
+    from fusegrad import Context
+    import fusegrad.codegen.opt.search as search
+    beam = t.get("beam", 0)
+    found: dict = {"search_s": 0.0, "searches": 0}
+    real_search = search.beam_search
+    def timed_search(ast, renderer, width):
+        st = time.perf_counter()
+        opts = real_search(ast, renderer, width)
+        found["search_s"] += time.perf_counter() - st
+        found["searches"] += 1
+        found["opts"] = repr(opts)
+        return opts
+    search.beam_search = timed_search
+    with Context(BEAM=beam):
+        st = time.perf_counter(); out = (a @ b).realize(); first = time.perf_counter() - st
+        err = _rel_err(out.numpy(), ref)
+        kernel, kernels = _fusegrad_kernel_time(lambda: a @ b, reps)
+        e2e = median_time(lambda: (a @ b).realize(), max(1, reps // 2), warmup=0)
+    return {"t": kernel, "e2e": e2e, "first": first, "err": err, "kernels": kernels, **found}
+
+def task_elementwise(t: dict) -> dict:
+    import numpy as np
+    n, reps, fw_name = t["size"], t["reps"], t["framework"]
+    an, bn, cn = _inputs([(n,), (n,), (n,)])
+    ref = np.exp(np.maximum(an * bn + cn, 0))
+    if fw_name == "numpy": return {"t": median_time(lambda: np.exp(np.maximum(an * bn + cn, 0)), reps, warmup=1)}
+    if fw_name == "torch":
+        torch = _torch(t["threads"])
+        a, b, c = (torch.from_numpy(x) for x in (an, bn, cn))
+        fn = lambda: torch.exp(torch.relu(a * b + c))
+        return {"t": median_time(fn, reps, warmup=1), "err": _rel_err(fn().numpy(), ref)}
+    fw, Tensor, TinyJit, GC, *_rest, Device = import_framework(fw_name)
+    sync = device_sync(Device)
+    a, b, c = (Tensor(x).realize() for x in (an, bn, cn))
+    fn = lambda: (a * b + c).relu().exp()
+    err = _rel_err(fn().realize().numpy(), ref)
+    e2e = median_time(lambda: fn().realize(), reps, warmup=1, sync=sync)
+    if fw_name == "tinygrad": return {"t": e2e, "err": err}
+    kernel, kernels = _fusegrad_kernel_time(fn, reps)
+    return {"t": kernel, "e2e": e2e, "err": err, "kernels": kernels}
+
+def task_mnist(t: dict) -> dict:
+    """First jitted call (the warm-up: schedule + compile in a fresh cache), capture, then replays."""
+    import numpy as np
+    batch, steps, fw_name = t["batch"], t["steps"], t["framework"]
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((batch, 1, 28, 28), dtype=np.float32)
+    ys = rng.integers(0, 10, batch).astype(np.int32)
+    if fw_name == "torch":
+        torch = _torch(t["threads"])
+        nn = torch.nn
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(1, 32, 5), nn.ReLU(), nn.Conv2d(32, 32, 5), nn.ReLU(), nn.BatchNorm2d(32), nn.MaxPool2d(2),
+                              nn.Conv2d(32, 64, 3), nn.ReLU(), nn.Conv2d(64, 64, 3), nn.ReLU(), nn.BatchNorm2d(64), nn.MaxPool2d(2),
+                              nn.Flatten(1), nn.Linear(576, 10))
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        X, Y = torch.from_numpy(xs), torch.from_numpy(ys).long()
+        def step():
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(X), Y)
+            loss.backward()
+            opt.step()
+            return loss
+        st = time.perf_counter(); first_loss = step().item(); first = time.perf_counter() - st
+        return {"step": median_time(step, steps, warmup=1), "first": first, "first_loss": first_loss, "last_loss": step().item()}
+    fw, Tensor, TinyJit, GC, nn, Adam, get_parameters, Device = import_framework(fw_name)
+    sync = device_sync(Device)
+    Tensor.manual_seed(0)
+    BatchNorm = getattr(nn, "BatchNorm2d", None) or nn.BatchNorm
+    class Model:   # tinygrad's examples/beautiful_mnist.py model
+        def __init__(self):
+            self.layers = [nn.Conv2d(1, 32, 5), Tensor.relu, nn.Conv2d(32, 32, 5), Tensor.relu, BatchNorm(32), Tensor.max_pool2d,
+                           nn.Conv2d(32, 64, 3), Tensor.relu, nn.Conv2d(64, 64, 3), Tensor.relu, BatchNorm(64), Tensor.max_pool2d,
+                           lambda x: x.flatten(1), nn.Linear(576, 10)]
+        def __call__(self, x):
+            for layer in self.layers: x = layer(x)
+            return x
+    model = Model()
+    params = get_parameters(model)
+    opt = Adam(params, lr=1e-3)
+    Tensor.realize(*params)
+    X, Y = Tensor(xs).realize(), Tensor(ys).realize()
+    training = (lambda: Tensor.train()) if hasattr(Tensor, "train") else (lambda: fw.Context(TRAINING=1))
+    @TinyJit
+    def step(x, y):
+        with training():
+            opt.zero_grad()
+            loss = model(x).sparse_categorical_crossentropy(y).backward()
+            opt.step()
+            return loss.realize()
+    sync()
+    GC.reset()
+    st = time.perf_counter(); first_loss = step(X, Y).item(); first = time.perf_counter() - st
+    kernels = GC.kernel_count
+    st = time.perf_counter(); step(X, Y); sync(); capture = time.perf_counter() - st
+    per_step = median_time(lambda: step(X, Y), steps, warmup=1, sync=sync)
+    return {"step": per_step, "first": first, "capture": capture, "kernels": kernels, "first_loss": first_loss,
+            "last_loss": step(X, Y).item()}
+
+TASKS = {"matmul": task_matmul, "elementwise": task_elementwise, "mnist": task_mnist}
+
+# ================================================================ parent
+
+def section_matmul(args, runner: ChildRunner) -> None:
+    for n in args.sizes:
+        flops = 2 * n ** 3
+        base = {"task": "matmul", "n": n, "reps": args.reps}
+        rows, errors, notes, results = [], [], [], []
+        if "fusegrad" in args.peers:
+            results.append(("fusegrad heuristic (kernel only)", runner.run(base, "fusegrad", cache=runner.cache_dir(f"mm{n}_heur"))))
+            if n in (args.beam_sizes or []):
+                cache = runner.cache_dir(f"mm{n}_beam")
+                r1 = runner.run(dict(base, beam=args.beam), "fusegrad", cache=cache)
+                r2 = runner.run(dict(base, beam=args.beam), "fusegrad", cache=cache) if r1["ok"] else r1
+                results.append((f"fusegrad BEAM={args.beam} (kernel only)", r1))
+                if r1["ok"] and r2["ok"]:
+                    notes.append(f"BEAM={args.beam}: the first realize searched for {r1['search_s']:.1f} s ({r1['searches']} kernel(s)), "
+                                 f"{r1['first']:.1f} s in all; in a new process sharing the cache dir the same realize took "
+                                 f"{r2['first']*1e3:.0f} ms (search {r2['search_s']*1e3:.0f} ms: a disk-cache hit); opts found: {r1.get('opts')}")
+                    if r2.get("opts") != r1.get("opts"): notes.append(f"WARNING: the cached run used other opts: {r2.get('opts')}")
+        for name in ("torch", "numpy", "tinygrad"):
+            if name in args.peers:
+                label = {"torch": f"torch ({args.threads} threads)", "numpy": "numpy (OpenBLAS)", "tinygrad": "tinygrad (realize)"}[name]
+                results.append((label, runner.run(base, name)))
+        torch_t = next((r["t"] for label, r in results if label.startswith("torch") and r["ok"]), None)
+        for label, r in results:
+            if not r["ok"]:
+                rows.append([label, status(r, errors, label)] + ["-"] * 5); continue
+            rows.append([label, fmt(r["t"], 1e3, 1), f"{flops / r['t'] / 1e9:.1f}", ratio(torch_t, r["t"]),
+                         fmt(r.get("e2e"), 1e3, 1), fmt(r.get("first"), 1e3, 0), f"{r['err']:.1e}" if "err" in r else "ref"])
+        notes = [f"GFLOPS = 2·{n}³ ÷ time; '÷ torch' = torch time ÷ this time, i.e. throughput relative to PyTorch (>1: faster than torch)",
+                 "fusegrad 'kernel only': median of the compiled kernel call (GlobalCounters.time_sum_s); e2e = lazy graph + schedule + "
+                 "cached lookup + run; first = first realize in a new process with an empty cache (codegen + compile [+ search])",
+                 "tinygrad: wall time of (a@b).realize() + synchronize (its schedule cache makes the overhead small at this size)",
+                 "err = max |x - numpy| ÷ max |numpy| (float32)"] + notes
+        print_table(f"1. matmul fp32 {n}x{n} @ {n}x{n}", ["peer", "median ms", "GFLOPS", "÷ torch", "e2e ms", "first ms", "err"],
+                    rows, notes + errors)
+
+def section_elementwise(args, runner: ChildRunner) -> None:
+    n, nbytes = args.size, 16 * args.size
+    base = {"task": "elementwise", "size": n, "reps": args.reps}
+    rows, errors, results = [], [], []
+    for name in ("fusegrad", "torch", "numpy", "tinygrad"):
+        if name not in args.peers: continue
+        label = {"fusegrad": "fusegrad kernel only", "torch": f"torch eager ({args.threads} threads)", "numpy": "numpy",
+                 "tinygrad": "tinygrad (realize)"}[name]
+        results.append((label, runner.run(base, name)))
+    fg = next((r for label, r in results if label.startswith("fusegrad") and r["ok"]), None)
+    if fg is not None:
+        results.insert(1, ("fusegrad realize (e2e)", {"ok": True, "t": fg["e2e"], "err": fg["err"]}))
+    torch_t = next((r["t"] for label, r in results if label.startswith("torch") and r["ok"]), None)
+    for label, r in results:
+        if not r["ok"]:
+            rows.append([label, status(r, errors, label)] + ["-"] * 4); continue
+        rows.append([label, fmt(r["t"], 1e3, 2), f"{nbytes / r['t'] / 1e9:.2f}", ratio(torch_t, r["t"]), f"{r['err']:.1e}" if "err" in r else "ref"])
+    notes = [f"GB/s counts 16 bytes per element ({nbytes/2**20:.0f} MiB per call: 3 float32 reads + 1 write)",
+             "'÷ torch' = torch time ÷ this time (>1: faster than torch eager)",
+             f"fusegrad: {fg['kernels']} kernel(s)" if fg else "", "err = max relative difference from numpy"]
+    print_table(f"2. elementwise exp(relu(a*b+c)) over {n:,} float32", ["peer", "median ms", "GB/s", "÷ torch", "err"], rows,
+                [x for x in notes if x] + errors)
+
+def section_mnist(args, runner: ChildRunner) -> None:
+    base = {"task": "mnist", "batch": args.mnist_batch, "steps": args.mnist_steps}
+    rows, errors, results = [], [], []
+    for name in ("fusegrad", "torch", "tinygrad"):
+        if name not in args.peers: continue
+        results.append((name, runner.run(base, name, cache=runner.cache_dir(f"mnist_{name}"))))
+    ref = next((r for name, r in results if name == "fusegrad" and r["ok"]), None)
+    for name, r in results:
+        if not r["ok"]:
+            rows.append([name, status(r, errors, name)] + ["-"] * 6); continue
+        rows.append([name + (" (TinyJit)" if name != "torch" else " eager"), fmt(r["step"], 1e3, 1),
+                     ratio(r["step"], ref["step"]) if ref else "-", f"{args.mnist_batch / r['step']:.0f}", fmt(r["first"], 1, 2),
+                     str(r.get("kernels", "-")), f"{r['first_loss']:.3f} -> {r['last_loss']:.3f}"])
+    notes = [f"model: Conv2d(1,32,5) relu, Conv2d(32,32,5) relu, BatchNorm, max_pool2d, Conv2d(32,64,3) relu, Conv2d(64,64,3) relu, "
+             f"BatchNorm, max_pool2d, flatten, Linear(576,10); Adam lr 1e-3; batch {args.mnist_batch} of random 28x28 data",
+             f"ms/step: median of {args.mnist_steps} steps (fusegrad/tinygrad: TinyJit replays); '÷ fusegrad' = peer time ÷ fusegrad time "
+             "(>1: fusegrad faster)",
+             "first s: the first step in a new process with an empty on-disk cache (fusegrad/tinygrad: graph + schedule + codegen + compile "
+             "+ run, the JIT's warm-up call); kernels: in that step"]
+    if ref: notes.append(f"fusegrad JIT capture call (2nd step) {ref['capture']:.2f} s")
+    print_table("3. MNIST CNN training step (Adam), jitted", ["peer", "ms / step", "÷ fusegrad", "img/s", "first s", "kernels", "loss"],
+                rows, notes + errors)
+
+def main() -> None:
+    args = parse_args()
+    if args.child: return child_main(args.child, TASKS)
+    start = time.perf_counter()
+    print_header("fusegrad kernel bench (bench/bench_kernels.py)", args.threads,
+                 [f"sections {' '.join(args.only)}; peers {' '.join(args.peers)}; every measurement in a fresh child process"])
+    runner = ChildRunner(os.path.abspath(__file__), args.threads, args.timeout, args.verbose)
+    failed = []
+    try:
+        for name in args.only:
+            try: globals()[f"section_{name}"](args, runner)
+            except Exception as e:
+                import traceback
+                failed.append(name)
+                print(f"\n== section {name!r} FAILED: {type(e).__name__}: {e}\n" + "".join(traceback.format_exception(e)[-3:]).rstrip())
+    finally: runner.cleanup()
+    print(f"\ntotal bench time {time.perf_counter() - start:.1f} s" + (f"; FAILED sections: {', '.join(failed)}" if failed else ""))
+    report_load_after(None)
+    if failed: sys.exit(1)
+
+if __name__ == "__main__":
+    main()

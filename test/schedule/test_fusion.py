@@ -1,0 +1,145 @@
+"""Fusion, checked by kernel counts: inputs are realized first, then ``GlobalCounters.kernel_count``
+is read around one realize. Every case also checks the values against numpy. Counts are upper
+bounds where the issue allows fewer kernels ("≤"); exact where it names a number."""
+import numpy as np
+import pytest
+from fusegrad import Tensor, dtypes, GlobalCounters
+from helpers import assert_tensor, count_kernels, realized
+
+@pytest.fixture
+def abc(device):
+    rng = np.random.default_rng(42)
+    xs = [rng.uniform(0.5, 2.0, (4, 4)).astype(np.float32) for _ in range(3)]
+    return xs, [realized(x, device) for x in xs]
+
+def test_prerealized_inputs_cost_nothing(device, abc):
+    _, (a, b, c) = abc
+    assert count_kernels(a, b, c) == 0
+
+def test_elementwise_chain_one_kernel(device, abc):
+    (x, y, z), (a, b, c) = abc
+    out = (a + b) * c
+    assert count_kernels(out) == 1
+    assert_tensor(out, (x + y) * z)
+
+def test_mul_sum_one_kernel(device, abc):
+    (x, y, _), (a, b, _) = abc
+    out = (a * b).sum()
+    assert count_kernels(out) == 1
+    assert_tensor(out, (x.astype(np.float64) * y).sum().astype(np.float32), rtol=1e-5)
+
+def test_reduce_then_elementwise_one_kernel(device, abc):
+    (x, _, _), (a, _, _) = abc
+    out = a.sum(axis=1) + 1
+    assert count_kernels(out) == 1
+    assert_tensor(out, x.sum(axis=1) + 1, rtol=1e-5)
+
+def test_matmul_relu_one_kernel(device, abc):
+    (x, y, _), (a, b, _) = abc
+    out = (a @ (b - 1.2)).relu()
+    assert count_kernels(out) == 1
+    assert_tensor(out, np.maximum(x @ (y - np.float32(1.2)), 0), rtol=1e-5, atol=1e-5)
+
+def test_permute_contiguous_one_kernel(device, abc):
+    (x, _, _), (a, _, _) = abc
+    out = a.permute(1, 0).contiguous()
+    assert count_kernels(out) == 1
+    assert_tensor(out, np.ascontiguousarray(x.T))
+
+def test_const_sum_folds_to_zero_kernels(device):
+    out = Tensor.ones(4, 5, 6, device=device).sum()
+    assert count_kernels(out) == 0
+    assert out.item() == 120
+    out2 = Tensor.full((3, 7), 2, device=device).sum(axis=1)
+    assert count_kernels(out2) == 0
+    assert_tensor(out2, np.full(3, 14, np.int32))
+
+def test_const_expressions_fold(device):
+    out = Tensor.ones(3, 3, device=device) * 2 + 1
+    assert count_kernels(out) == 0
+    assert_tensor(out, np.full((3, 3), 3.0, np.float32))
+
+def test_pad_of_elementwise_sum_one_kernel(device, abc):
+    (x, y, _), (a, b, _) = abc
+    out = (a + b).pad(((1, 1), (1, 1))).sum()
+    assert count_kernels(out) == 1
+    assert_tensor(out, np.pad(x + y, ((1, 1), (1, 1))).astype(np.float64).sum().astype(np.float32), rtol=1e-5)
+    out2 = (a + b).pad(((1, 1), (1, 1)), value=1.0).sum()
+    assert count_kernels(out2) == 1
+    assert_tensor(out2, np.pad(x + y, ((1, 1), (1, 1)), constant_values=1.0).astype(np.float64).sum().astype(np.float32), rtol=1e-5)
+
+def test_pad_of_unsafe_op_sum(device, abc):
+    """log2(0) is -inf: padding must not be pushed through log2, the padded zeros stay zeros."""
+    (x, _, _), (a, _, _) = abc
+    out = a.log2().pad(((1, 1), (1, 1))).sum()
+    assert count_kernels(out) <= 2
+    assert_tensor(out, np.pad(np.log2(x), ((1, 1), (1, 1))).astype(np.float64).sum().astype(np.float32), rtol=1e-5, atol=1e-5)
+    out2 = (a * 0.3).exp2().pad(((0, 2), (1, 0))).sum(axis=0)
+    assert count_kernels(out2) <= 2
+    assert_tensor(out2, np.pad(np.exp2(x * np.float32(0.3)), ((0, 2), (1, 0))).sum(axis=0), rtol=1e-5)
+
+def test_shared_reduce_diamond(device):
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((4, 4)).astype(np.float32), rng.standard_normal((4, 4)).astype(np.float32)
+    a, b = realized(x, device), realized(y, device)
+    c = a.sum() + 2
+    d = a.sum() * 2
+    e = c * d
+    f = (b - d).sum() - e
+    assert count_kernels(f) <= 3
+    xs = x.astype(np.float64).sum()
+    cx, dx = xs + 2, xs * 2
+    assert_tensor(f, np.array((y - dx).sum() - cx * dx, np.float32), rtol=1e-4, atol=1e-4)
+
+def test_three_reduces_of_one_input_share_a_kernel(device):
+    x = np.random.default_rng(1).standard_normal((5, 6)).astype(np.float32)
+    a = realized(x, device)
+    s, m, mean = a.sum(1), a.max(1), a.mean(1)
+    assert count_kernels(s, m, mean) == 1
+    assert_tensor(s, x.sum(1), rtol=1e-5, atol=1e-5)
+    assert_tensor(m, x.max(1))
+    assert_tensor(mean, x.mean(1), rtol=1e-5, atol=1e-5)
+
+def test_softmax_last_axis(device):
+    x = np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32)
+    a = realized(x, device)
+    out = a.softmax(-1)
+    assert count_kernels(out) <= 3
+    e = np.exp(x - x.max(-1, keepdims=True))
+    assert_tensor(out, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+def test_24_doublings_one_kernel(device):
+    """``a = a + a`` 24 times: the graph is a chain that must not blow up exponentially in the
+    scheduler or codegen (this test would hang if it did); it is one kernel."""
+    a = realized(np.array([1.0, -2.0, 0.5], np.float32), device)
+    for _ in range(24): a = a + a
+    assert count_kernels(a) == 1
+    assert_tensor(a, np.array([1.0, -2.0, 0.5], np.float32) * 2.0 ** 24)
+
+def test_24_doublings_int(device):
+    a = realized(np.array([1, -3], np.int64), device)
+    for _ in range(24): a = a + a
+    assert count_kernels(a) == 1
+    assert_tensor(a, np.array([1, -3], np.int64) * 2 ** 24, dtypes.int64)
+
+def test_realized_result_costs_nothing_again(device, abc):
+    (x, y, _), (a, b, _) = abc
+    out = a * b
+    assert count_kernels(out) == 1
+    assert count_kernels(out) == 0
+    assert count_kernels(out + 0) == 0   # x + 0 is x
+    assert_tensor(out, x * y)
+
+def test_elementwise_into_reduce_with_broadcast(device, abc):
+    (x, y, _), (a, b, _) = abc
+    v = realized(np.arange(4, dtype=np.float32), device)
+    out = ((a - v) * b).sum(axis=0).abs().sqrt()
+    assert count_kernels(out) == 1
+    assert_tensor(out, np.sqrt(np.abs(((x - np.arange(4, dtype=np.float32)) * y).sum(0))), rtol=1e-5, atol=1e-5)
+
+def test_kernel_count_reset(device, abc):
+    _, (a, b, _) = abc
+    (a + b).realize()
+    assert GlobalCounters.kernel_count >= 1
+    GlobalCounters.reset()
+    assert GlobalCounters.kernel_count == 0
