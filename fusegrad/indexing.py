@@ -63,7 +63,7 @@ def getitem(x: "Tensor", indices: Any) -> "Tensor":
         items = items + [slice(None)] * (x.ndim - consumed)
     # first pass: basic indexing; remember where advanced indices sit in the result
     result, dim, new_shape_ops, advanced = x, 0, [], []
-    for item in items:
+    for k, item in enumerate(items):
         if item is None:
             result = result.unsqueeze(dim)
             dim += 1
@@ -72,7 +72,8 @@ def getitem(x: "Tensor", indices: Any) -> "Tensor":
         elif isinstance(item, int):
             size = result.shape[dim]
             if isinstance(size, int):
-                if not -size <= item < size: raise IndexError(f"index {item} is out of bounds for dimension {dim} with size {size}")
+                if not -size <= item < size:   # name the dimension of x (``dim`` counts the result's dims)
+                    raise IndexError(f"index {item} is out of bounds for dimension {k - sum(1 for j in items[:k] if j is None)} with size {size}")
                 item = item + size if item < 0 else item
             elif not 0 <= item < size.vmin:   # symbolic size: the index must be valid for every value
                 raise IndexError(f"index {item} may be out of bounds for dimension {dim} of symbolic size {size.render()}")

@@ -383,6 +383,20 @@ def test_lerp_copysign_logaddexp(device, rng):
     assert_tensor(ta.copysign(tb), np.copysign(a, b))
     assert_tensor(ta.logaddexp(tb), np.logaddexp(a, b), rtol=1e-5)
 
+@pytest.mark.parametrize("shape", [(0,), (0, 3), (3, 0, 1), (1,), (1, 1), (), (1, 3, 1)], ids=str)
+def test_elementwise_size_zero_and_one(device, shape, rng):
+    x = rand_np(rng, shape, dtypes.float32, 0.5, 2)
+    y = rand_np(rng, shape, dtypes.int32, 1, 5)
+    tx, ty = Tensor(x, device=device), Tensor(y, device=device)
+    assert_tensor(tx.exp(), np.exp(x), rtol=1e-6)
+    assert_tensor(-tx + 1, -x + 1)
+    assert_tensor(tx * ty, x * y.astype(np.float32))
+    assert_tensor(ty // 2, y // 2)
+    assert_tensor(tx < 1, x < 1)
+    assert_tensor((tx > 1).where(tx, ty.float()), np.where(x > 1, x, y.astype(np.float32)))
+    assert_tensor(tx.cast(dtypes.int8), x.astype(np.int8), dtypes.int8)
+    assert_tensor(tx.reshape(-1) + 0, x.reshape(-1))
+
 # ----------------------------------------------------------------------------- broadcasting
 
 @st.composite
@@ -439,6 +453,7 @@ REDUCE = {
 }
 AXES = [None, 0, 1, 2, -1, -2, (0, 2), (1, -1), (0, 1, 2), ()]
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # numpy warns about var over no elements (nan, like fusegrad)
 @pytest.mark.parametrize("keepdim", [False, True])
 @pytest.mark.parametrize("axis", AXES, ids=str)
 @pytest.mark.parametrize("name", list(REDUCE))

@@ -61,19 +61,6 @@ class ScheduleItem:
 def _is_view_of_buffer(node: UOp) -> bool:
     return node.base.op is Ops.BUFFER
 
-def _fused_region_has_reduce(node: UOp, realize: set[UOp]) -> bool:
-    """Is there a REDUCE_AXIS inside the region that would be recomputed with ``node``?"""
-    stack, seen = [node], set()
-    while stack:
-        x = stack.pop()
-        if x in seen: continue
-        seen.add(x)
-        if x is not node and x in realize: continue
-        if x.op is Ops.REDUCE_AXIS: return True
-        if x.op in (Ops.BUFFER, Ops.CONST, Ops.DEVICE, Ops.COPY, Ops.ASSIGN, Ops.CONTIGUOUS) and x is not node: continue
-        stack.extend(x.src)
-    return False
-
 def find_realize_points(roots: list[UOp]) -> list[UOp]:
     """Nodes whose value is stored in a buffer, in dependency order (sources first)."""
     sink = UOp(Ops.SINK, dtypes.void, tuple(roots))
@@ -90,11 +77,17 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
         # a reduce used in several places is stored once instead of recomputed per use (consumers
         # with the same loops still end up in its kernel: see group_kernels)
         if node.op is Ops.REDUCE_AXIS and len(set(consumers.get(node, []))) > 1: realize.add(node)
-    # a value broadcast by EXPAND is recomputed per output element: store it if that repeats a reduce
+    # a value broadcast by EXPAND is recomputed per output element: store it if that repeats a reduce.
+    # has_reduce[x]: is there a reduce that would be recomputed along with x? (one bottom-up pass)
+    boundaries = (Ops.BUFFER, Ops.CONST, Ops.DEVICE, Ops.COPY, Ops.ASSIGN, Ops.CONTIGUOUS)
+    has_reduce: dict[UOp, bool] = {}
+    for node in order:
+        has_reduce[node] = node.op is Ops.REDUCE_AXIS or any(
+            has_reduce[s] for s in node.src if s not in realize and s.op not in boundaries)
     for node in order:
         if node.op is Ops.EXPAND:
             base = node.src[0].base
-            if base.op not in (Ops.BUFFER, Ops.CONST) and _fused_region_has_reduce(base, realize): realize.add(base)
+            if base.op not in (Ops.BUFFER, Ops.CONST) and has_reduce[base]: realize.add(base)
     return [node for node in order if node in realize]
 
 # ---------------------------------------------------------------- kernels
@@ -117,21 +110,18 @@ def _reads_elementwise(node: UOp, member: UOp) -> bool:
             stack.append(s)
     return True
 
-def _kernel_work(node: UOp, points: set[UOp]) -> set[UOp]:
-    """What the kernel computing ``node`` reads (buffers, other realize points) and reduces,
-    stopping at realize points (those are separate kernels)."""
-    found: set[UOp] = set()
-    stack, seen = list(node.src), set()
-    while stack:
-        x = stack.pop()
-        if x in seen: continue
-        seen.add(x)
-        if x in points or x.op is Ops.BUFFER:
-            found.add(x)
-            continue
-        if x.op is Ops.REDUCE_AXIS: found.add(x)
-        stack.extend(x.src)
-    return found
+def _kernel_work(points: list[UOp]) -> dict[UOp, frozenset[UOp]]:
+    """For each realize point, what its kernel reads (buffers, other realize points) and reduces.
+    One bottom-up pass: a node's work is its sources' work, where a realize point or buffer
+    counts as itself (it is read, not recomputed)."""
+    point_set = set(points)
+    inner: dict[UOp, frozenset[UOp]] = {}     # work inside a node's own region
+    def as_source(x: UOp) -> frozenset[UOp]:
+        return frozenset((x,)) if x in point_set or x.op is Ops.BUFFER else inner[x]
+    for x in UOp(Ops.SINK, dtypes.void, tuple(points)).toposort:
+        found = frozenset().union(*(as_source(s) for s in x.src)) if x.src else frozenset()
+        inner[x] = found | {x} if x.op is Ops.REDUCE_AXIS else found
+    return {p: inner[p] for p in points}
 
 def _shares_work(a: set[UOp], b: set[UOp]) -> bool:
     """Do two kernels read a common input or compute a common reduce? Only then does putting
@@ -145,8 +135,7 @@ def group_kernels(points: list[UOp]) -> list[list[UOp]]:
     so the order stays a valid dependency order."""
     units: list[list[UOp]] = []
     open_groups: dict[tuple, list[UOp]] = {}
-    point_set = set(points)
-    work = {node: _kernel_work(node, point_set) for node in points}
+    work = _kernel_work(points)
     for node in points:
         needs = node.toposort
         simple = node.op not in (Ops.COPY, Ops.ASSIGN) and all(isinstance(s, int) for s in node.shape)

@@ -202,7 +202,7 @@ def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
 
 def optimize_kernel(ast: UOp, renderer, opts: list | None = None) -> tuple[UOp, tuple]:
     """Apply ``opts`` (or the heuristic's choice) and re-nest the loops."""
-    if NOOPT and opts is None: return ast, ()
+    if NOOPT and opts is None: return renest(ast), ()
     from fusegrad.helpers import BEAM
     if opts is None and BEAM >= 1:
         from fusegrad.codegen.opt.search import beam_search
