@@ -76,8 +76,21 @@ def _reduce_axis_gradient(ret: UOp, grad: UOp) -> tuple[UOp | None]:
     src = ret.src[0]
     if op is Ops.ADD: return (grad.expand(src.shape),)
     if op is Ops.MAX: return (_max_gradient(ret, grad, src, axes),)
-    if op is Ops.MUL: return ((grad * ret).expand(src.shape) / src,)
+    if op is Ops.MUL: return (_product_gradient(ret, grad, src, axes),)
     raise NotImplementedError(f"no gradient for a {op} reduce")
+
+def _product_gradient(ret: UOp, grad: UOp, src: UOp, axes: tuple[int, ...]) -> UOp:
+    """d prod(x) / d x_i is the product of the other elements. ret / x_i breaks when x_i is 0, so:
+    with no zero it is ret / x_i; with exactly one zero, only that element gets the product of the
+    rest; with two or more zeros every derivative is 0."""
+    is_zero = src.alu(Ops.CMPEQ, src.const_like(0))
+    nonzero = is_zero.where(src.const_like(1), src)
+    product_of_nonzero = nonzero.reduce_axis(Ops.MUL, axes).expand(src.shape)
+    zeros = is_zero.cast(dtypes.int32).reduce_axis(Ops.ADD, axes).expand(src.shape)
+    no_zero = zeros.alu(Ops.CMPEQ, zeros.const_like(0))
+    one_zero = zeros.alu(Ops.CMPEQ, zeros.const_like(1))
+    others = no_zero.where(ret.expand(src.shape) / nonzero, (one_zero & is_zero).where(product_of_nonzero, src.const_like(0)))
+    return grad.expand(src.shape) * others
 
 def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
     """Gradients of ``root`` (seeded with ``root_grad``) with respect to every node in ``targets``."""

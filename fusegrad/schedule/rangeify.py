@@ -151,7 +151,8 @@ class KernelBuilder:
         reduce_op, axes = node.arg
         src = node.src[0]
         # reductions of the same shape at the same outer indices share their loops
-        range_key = (tuple(src.shape[a] for a in axes), axes, idxs)
+        # (the validity gate is part of the key: a gated reduce may depend on other loops through it)
+        range_key = (tuple(src.shape[a] for a in axes), axes, idxs, valid)
         if (ranges := self.reduce_ranges.get(range_key)) is None:
             enclosing = tuple(dict.fromkeys(x for i in idxs for x in i.toposort if x.op is Ops.RANGE))
             new_ranges: list[UOp] = []
