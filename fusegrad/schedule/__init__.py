@@ -88,6 +88,22 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
         if node.op is Ops.EXPAND:
             base = node.src[0].base
             if base.op not in (Ops.BUFFER, Ops.CONST) and has_reduce[base]: realize.add(base)
+    # a computed value read through several different views (x and x.flip(0), x and x.shrink(...))
+    # would be recomputed once per view, and chains of such reads (sort networks, scans, their
+    # gradients) grow exponentially: store it once instead
+    alu_work: dict[UOp, int] = {}
+    for node in order:
+        inherited = sum(alu_work[s] for s in node.src if s not in realize and s.op not in boundaries)
+        alu_work[node] = min(1 << 20, inherited + (node.op in GroupOp.ALU))
+    for node in order:
+        if node.op in GroupOp.Movement or node.op in boundaries or node in realize or alu_work[node] <= 2: continue
+        views, stack = set(), [(c, ()) for c in set(consumers.get(node, []))]
+        while stack and len(views) < 2:
+            consumer, chain = stack.pop()
+            if consumer.op in GroupOp.Movement:
+                stack.extend((c, chain + (consumer,)) for c in set(consumers.get(consumer, [])))
+            else: views.add(chain)
+        if len(views) >= 2 and any(views): realize.add(node)
     return [node for node in order if node in realize]
 
 # ---------------------------------------------------------------- kernels
@@ -304,13 +320,14 @@ def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UO
     for original, rewritten in simplify_memo.items():
         if original is not rewritten and rewritten in node_map: becomes.setdefault(original, node_map[rewritten])
     realized = {**realized, **{o: realized[r] for o, r in simplify_memo.items() if o is not r and r in realized}}
-    items = order_for_memory(items)
+    items = order_for_memory(items, {realized[r] for r in simplified if r in realized})
     if DEBUG >= 1 and len(items) >= 10: print(f"scheduled {len(items)} kernels")
     return items, becomes, realized
 
-def order_for_memory(items: list[ScheduleItem]) -> list[ScheduleItem]:
+def order_for_memory(items: list[ScheduleItem], kept: set[UOp] = frozenset()) -> list[ScheduleItem]:
     """Reorder kernels (keeping every dependency) so intermediates die early: among the kernels
-    whose inputs are ready, run the one that frees the most bytes, then the oldest.
+    whose inputs are ready, run the one that frees the most bytes net of the new intermediates
+    it allocates (``kept`` buffers outlive the schedule anyway), then the oldest.
 
     Dependencies: a kernel reading a buffer waits for its latest writer; a kernel reading a
     buffer's contents from *before* this schedule runs before every kernel that assigns to it
@@ -345,7 +362,9 @@ def order_for_memory(items: list[ScheduleItem]) -> list[ScheduleItem]:
     def freed_bytes(i: int) -> int:
         item = items[i]
         n_out = len(item.ast.src) if item.ast.op is Ops.SINK else 1
-        return sum(b.arg[2] * b.dtype.itemsize for b in set(item.buffer_uops[n_out:]) if remaining_reads.get(b) == 1)
+        freed = sum(b.arg[2] * b.dtype.itemsize for b in set(item.buffer_uops[n_out:]) if remaining_reads.get(b) == 1)
+        allocated = sum(b.arg[2] * b.dtype.itemsize for b in item.buffer_uops[:n_out] if b not in kept and b not in item.assigns)
+        return freed - allocated
     while ready:
         best = max(ready, key=lambda i: (freed_bytes(i), -i))
         ready.remove(best)
