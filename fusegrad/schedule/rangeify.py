@@ -170,7 +170,8 @@ class KernelBuilder:
         Returns (flat index, gate, buffer)."""
         node, valid = target, None
         while node.op in GroupOp.Movement:
-            if node.op in (Ops.PAD, Ops.EXPAND): raise RuntimeError(f"can't assign through a {node.op.name} view")
+            # through a PAD, only the positions inside the unpadded region are written (the gate)
+            if node.op is Ops.EXPAND: raise RuntimeError("can't assign through an EXPAND view (several outputs would share one element)")
             idxs, valid, _ = self.move_indices(node, idxs, valid)
             node = node.src[0]
         buffer = self.realized.get(node, node)

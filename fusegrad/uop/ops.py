@@ -347,6 +347,16 @@ def _compute_shape(u: UOp) -> tuple | None:
 # ---------------------------------------------------------------- bounds
 
 def _min_max(u: UOp) -> tuple[ConstType, ConstType]:
+    """Bounds of an integer/bool value. Bounds outside the dtype's range mean the value may wrap,
+    so they widen to the whole range (this also keeps the Python ints small)."""
+    lo, hi = _raw_min_max(u)
+    if dtypes.is_int(u.dtype) and isinstance(lo, int) and isinstance(hi, int):
+        dtype = u.dtype.scalar()
+        low, high = (-(2**63), 2**63 - 1) if dtype in (dtypes.index, dtypes.weakint) else (dtypes.min(dtype), dtypes.max(dtype))
+        if lo < low or hi > high: return low, high
+    return lo, hi
+
+def _raw_min_max(u: UOp) -> tuple[ConstType, ConstType]:
     if u.op is Ops.CONST:
         return (u.arg, u.arg) if not isinstance(u.arg, tuple) else (min(u.arg), max(u.arg))
     if u.op is Ops.DEFINE_VAR: return u.arg[1], u.arg[2]

@@ -249,7 +249,9 @@ def _div_const(x: UOp, c: UOp) -> UOp | None:
     # quotients are monotonic in x, so equal quotients at both bounds pin the result
     if (lo := _cdiv(x.vmin, d)) == _cdiv(x.vmax, d): return _const_like(x, lo)
     # (x/d1)/d == x/(d1*d) for positive d1, d and any sign of x (both truncate toward zero)
-    if x.op is Ops.IDIV and (d1 := _cval(x.src[1])) is not None and d1 > 0: return x.src[0] // UOp.const(x.dtype, d1 * d)
+    # (only when d1*d fits the dtype: a wrapped constant would change the meaning and loop)
+    if x.op is Ops.IDIV and (d1 := _cval(x.src[1])) is not None and d1 > 0 and d1 * d <= min(dtypes.max(x.dtype), 2**62):
+        return x.src[0] // UOp.const(x.dtype, d1 * d)
     if (flat := _flatten(x)) is None: return None
     terms, const = flat
     # (g*y)/(g*e) == y/e exactly: the rational quotient is unchanged, so is its truncation
