@@ -89,3 +89,9 @@ def test_illegal_opts_raise(opt, message):
 def test_thread_illegal_on_python_device():
     item = _kernel(_matmul(4, 4, 4), "PYTHON")
     with pytest.raises(KernelOptError): apply_opt(item.ast, Opt(OptOps.THREAD, 0, 2), Device["PYTHON"].renderer)
+
+def test_swap_reorders_loops_and_matches():
+    item = _kernel(_matmul(12, 8, 16), "CPU")
+    reference = _run(item, [], "CPU")
+    np.testing.assert_allclose(_run(item, [Opt(OptOps.SWAP, 0, 1), Opt(OptOps.UPCAST, 1, 4)], "CPU"), reference, rtol=1e-5)
+    with pytest.raises(KernelOptError, match="global"): apply_opt(item.ast, Opt(OptOps.SWAP, 0, 2), Device["CPU"].renderer)

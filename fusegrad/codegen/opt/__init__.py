@@ -12,6 +12,7 @@ micro-kernel that the C compiler vectorizes.
 | UPCAST  | global axis  | split off an inner range of ``arg`` that runs innermost, with its own accumulators |
 | UNROLL  | reduce axis  | split off ``arg`` partial sums (lanes), added up after the loop |
 | THREAD  | global axis 0| run the outermost loop on ``arg`` CPU threads |
+| SWAP    | global axis  | exchange the nesting order of global axes ``axis`` and ``arg`` |
 | LOCAL / GROUP / GROUPTOP / PADTO / SWAP / NOLOCALS / TC | | need local memory or tensor cores: not legal on the CPU renderer (KernelOptError) |
 
 ``optimize_kernel(ast, renderer, opts)`` returns the rewritten AST and the applied opts.
@@ -75,7 +76,8 @@ def apply_opt(ast: UOp, opt: Opt, renderer) -> UOp:
     """Apply one action or raise KernelOptError."""
     axes = kernel_axes(ast)
     if opt.op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.NOLOCALS, OptOps.SWAP, OptOps.TC, OptOps.PADTO):
-        if not renderer.has_local or opt.op in (OptOps.TC, OptOps.PADTO, OptOps.SWAP):
+        if opt.op is OptOps.SWAP: pass
+        elif not renderer.has_local or opt.op in (OptOps.TC, OptOps.PADTO):
             raise KernelOptError(f"{opt.op.name} is not supported by the {renderer.device} renderer")
     if opt.axis is None or not 0 <= opt.axis < len(axes): raise KernelOptError(f"axis {opt.axis} is out of range ({len(axes)} axes)")
     rng = axes[opt.axis]
@@ -91,6 +93,13 @@ def apply_opt(ast: UOp, opt: Opt, renderer) -> UOp:
         if rng.arg[1] is not AxisType.REDUCE: raise KernelOptError("UNROLL is for reduce axes")
         if amount > 64: raise KernelOptError(f"UNROLL amount {amount} is above 64")
         return _unroll(ast, rng, amount)
+    if opt.op is OptOps.SWAP:
+        other = opt.arg
+        if not isinstance(other, int) or not 0 <= other < len(axes) or other == opt.axis: raise KernelOptError(f"SWAP needs another axis, got {other}")
+        second = axes[other]
+        if AxisType.REDUCE in (rng.arg[1], second.arg[1]): raise KernelOptError("SWAP exchanges two global axes")
+        # loops nest in id order: exchanging ids exchanges the loops
+        return ast.substitute({rng: rng.replace(arg=(second.arg[0], rng.arg[1])), second: second.replace(arg=(rng.arg[0], second.arg[1]))})
     if opt.op is OptOps.THREAD:
         if opt.axis != 0 or rng.arg[1] not in (AxisType.GLOBAL, AxisType.LOOP): raise KernelOptError("THREAD splits the outermost global axis")
         if not getattr(renderer, "has_threads", False): raise KernelOptError(f"the {renderer.device} renderer has no threads")
@@ -190,6 +199,7 @@ def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
                 opts.append(Opt(OptOps.UPCAST, last - 1, amount))
             if (amount := _largest_divisor(_size(globals_[last]), (32, 16, 8, 4))) is not None:
                 opts.append(Opt(OptOps.UPCAST, last, amount))
+
         elif isinstance(_size(reduces[-1]), int) and _size(reduces[-1]) >= 64:
             if (amount := _largest_divisor(_size(reduces[-1]), (16, 8, 4))) is not None:
                 opts.append(Opt(OptOps.UNROLL, len(axes) - 1, amount))
