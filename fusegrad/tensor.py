@@ -403,6 +403,28 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         cols = Tensor.arange(m, device=kwargs.get("device")).reshape(1, m)
         return Tensor((rows == cols).cast(dtype).uop, requires_grad=kwargs.get("requires_grad"))
 
+    @staticmethod
+    def from_blob(ptr: int, shape: tuple, dtype: DType | str = dtypes.float32, device: str | None = None) -> "Tensor":
+        """A tensor over existing host memory at address ``ptr`` (no copy on CPU-memory devices;
+        the memory must outlive the tensor): ``Tensor.from_blob(array.ctypes.data, (2, 3))``."""
+        import ctypes
+        dtype, device = to_dtype(dtype), Device.canonicalize(device)
+        if not isinstance(ptr, int) or ptr == 0: raise ValueError(f"from_blob needs a non-null integer address, got {ptr!r}")
+        count = prod(shape)
+        if count == 0: return Tensor(UOp.const(dtype, 0, device, tuple(shape)))
+        memory = (ctypes.c_uint8 * (count * dtype.itemsize)).from_address(ptr)
+        buffer = new_buffer_uop(device, count, dtype)
+        if device in ("CPU", "PYTHON") or device.startswith(("CPU:", "PYTHON:")): buffer_of(buffer).allocate(memory)
+        else: buffer_of(buffer).allocate().copyin(memoryview(memory))
+        return Tensor(buffer.reshape(tuple(shape)))
+    @staticmethod
+    def from_url(url: str, gunzip: bool = False, **kwargs) -> "Tensor":
+        """A uint8 tensor of a downloaded file (cached on disk): ``Tensor.from_url(url)``."""
+        import gzip
+        from fusegrad.helpers import fetch
+        data = fetch(url).read_bytes()
+        return Tensor(gzip.decompress(data) if gunzip else data, **kwargs)
+
     # ---------------------------------------------------------------- random numbers (counter-based threefry)
     @staticmethod
     def manual_seed(seed: int = 0) -> None:
