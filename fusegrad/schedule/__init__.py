@@ -96,14 +96,18 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
         inherited = sum(alu_work[s] for s in node.src if s not in realize and s.op not in boundaries)
         alu_work[node] = min(1 << 20, inherited + (node.op in GroupOp.ALU))
     for node in order:
-        if node.op in GroupOp.Movement or node.op in boundaries or node in realize or alu_work[node] <= 2: continue
-        views, stack = set(), [(c, ()) for c in set(consumers.get(node, []))]
-        while stack and len(views) < 2:
+        if node.op in GroupOp.Movement or node.op in boundaries or node in realize: continue
+        if node.op is not Ops.REDUCE_AXIS and alu_work[node] <= 2: continue
+        views, users, stack = set(), set(), [(c, ()) for c in set(consumers.get(node, []))]
+        while stack and (len(views) < 2 or len(users) < 2):
             consumer, chain = stack.pop()
             if consumer.op in GroupOp.Movement:
                 stack.extend((c, chain + (consumer,)) for c in set(consumers.get(consumer, [])))
-            else: views.add(chain)
-        if len(views) >= 2 and any(views): realize.add(node)
+            else:
+                views.add(chain)
+                users.add(consumer)
+        # a reduce used by several ops (even through one reshape) would be recomputed per use
+        if (len(views) >= 2 and any(views)) or (node.op is Ops.REDUCE_AXIS and len(users) >= 2): realize.add(node)
     return [node for node in order if node in realize]
 
 # ---------------------------------------------------------------- kernels

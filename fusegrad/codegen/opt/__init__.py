@@ -195,7 +195,8 @@ def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
         if len(globals_) >= 2 and len(loads) >= 2:
             # the row tile first, then the contiguous column tile, which then runs innermost
             last = len(globals_) - 1
-            if (amount := _largest_divisor(_size(globals_[last - 1]), (4, 3, 2))) is not None:
+            # 8 rows x 32 columns = 16 AVX-512 accumulators (of 32 registers)
+            if (amount := _largest_divisor(_size(globals_[last - 1]), (8, 4, 3, 2))) is not None:
                 opts.append(Opt(OptOps.UPCAST, last - 1, amount))
             if (amount := _largest_divisor(_size(globals_[last]), (32, 16, 8, 4))) is not None:
                 opts.append(Opt(OptOps.UPCAST, last, amount))
