@@ -260,7 +260,12 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     schedule: this is what makes repeating the same computation on new data cheap."""
     key, order = _structure_key(roots)
     if (template := SCHEDULE_CACHE.get(key)) is not None: return _from_template(template, order)
-    items, becomes, realized = _create_schedule(roots)
+    # lowering a kernel recurses along the graph: make room for long lazy chains
+    import sys
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 4 * len(order) + 1000))
+    try: items, becomes, realized = _create_schedule(roots)
+    finally: sys.setrecursionlimit(limit)
     if (template := _to_template(items, realized, order, becomes)) is not None:
         if len(SCHEDULE_CACHE) >= SCHEDULE_CACHE_SIZE: SCHEDULE_CACHE.pop(next(iter(SCHEDULE_CACHE)))
         SCHEDULE_CACHE[key] = template

@@ -128,9 +128,15 @@ class UOp(metaclass=UOpMetaClass):
     def sparents(self) -> dict["UOp", None]: return self.toposort
 
     # ---------------------------------------------------------------- shapes (tensor graph)
+    def _fill_bottom_up(self, attribute: str) -> None:
+        """Compute a cached attribute for every ancestor first, sources before users, so a deep
+        graph never recurses deeper than one level."""
+        for x in self._ancestors:
+            if attribute not in x.__dict__: getattr(x, attribute)
     @functools.cached_property
     def shape(self) -> tuple | None:
         """The shape of a tensor-graph UOp (None for kernel-level UOps). Symbolic sizes are UOps."""
+        if any("shape" not in s.__dict__ for s in self.src): self._fill_bottom_up("shape")
         shape = _compute_shape(self)
         if shape is None or all(isinstance(s, int) for s in shape): return shape
         return tuple(s.ssimplify() if isinstance(s, UOp) else s for s in shape)
@@ -282,7 +288,9 @@ class UOp(metaclass=UOpMetaClass):
 
     # ---------------------------------------------------------------- bounds for symbolic math
     @functools.cached_property
-    def vmin_vmax(self) -> tuple[ConstType, ConstType]: return _min_max(self)
+    def vmin_vmax(self) -> tuple[ConstType, ConstType]:
+        if any("vmin_vmax" not in s.__dict__ for s in self.src): self._fill_bottom_up("vmin_vmax")
+        return _min_max(self)
     @property
     def vmin(self) -> ConstType: return self.vmin_vmax[0]
     @property
@@ -561,20 +569,16 @@ class PatternMatcher:
     """
     def __init__(self, rules: Sequence[tuple[UPat, Callable]]):
         self.rules = list(rules)
-        self.by_op: dict[Ops, list[tuple[UPat, Callable, bool]]] = {}
-        self.wildcard: list[tuple[UPat, Callable, bool]] = []
-        for pat, fn in self.rules:
-            wants_ctx = "ctx" in inspect.signature(fn).parameters
-            entry = (pat, fn, wants_ctx)
-            if pat.ops is None: self.wildcard.append(entry)
+        by_op: dict[Ops, list[tuple[int, tuple[UPat, Callable, bool]]]] = {}
+        wildcard: list[tuple[int, tuple[UPat, Callable, bool]]] = []
+        for position, (pat, fn) in enumerate(self.rules):
+            entry = (pat, fn, "ctx" in inspect.signature(fn).parameters)
+            if pat.ops is None: wildcard.append((position, entry))
             else:
-                for op in pat.ops: self.by_op.setdefault(op, []).append(entry)
-        # keep rule order stable when wildcard rules mix with op rules
-        self._order = {id(fn): i for i, (_, fn) in enumerate(self.rules)}
-        for op in Ops:
-            merged = self.by_op.get(op, []) + self.wildcard
-            if self.wildcard: merged.sort(key=lambda e: self._order[id(e[1])])
-            self.by_op[op] = merged
+                for op in pat.ops: by_op.setdefault(op, []).append((position, entry))
+        # rules for an op plus the rules for any op, in the order they were written
+        self.by_op: dict[Ops, list[tuple[UPat, Callable, bool]]] = {
+            op: [entry for _, entry in sorted(by_op.get(op, []) + wildcard, key=lambda e: e[0])] for op in Ops}
     def __add__(self, other: "PatternMatcher") -> "PatternMatcher":
         return PatternMatcher(self.rules + other.rules)
     def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
