@@ -28,20 +28,25 @@ def _restore_defaults():
     yield
     dtypes.default_float, dtypes.default_int = default_float, default_int
 
-HANG_GUARD_S = int(os.environ.get("FUSEGRAD_TEST_HANG_GUARD", "20"))
+HANG_GUARD_S = int(os.environ.get("FUSEGRAD_TEST_HANG_GUARD", "120"))
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "hang_guard(seconds): a longer hang guard for slow end-to-end tests")
 
 @pytest.fixture(autouse=True)
-def _hang_guard():
-    """Fail (instead of hanging the whole run) a test that is stuck for over HANG_GUARD_S seconds.
-    This is not a performance assertion: every test here takes well under a second normally."""
+def _hang_guard(request):
+    """Fail (instead of hanging the whole run) a test that is stuck for over HANG_GUARD_S seconds
+    (or its ``hang_guard`` marker's seconds). This is not a performance assertion."""
     import signal, threading
-    if HANG_GUARD_S <= 0 or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGALRM"):
+    marker = request.node.get_closest_marker("hang_guard")
+    limit = marker.args[0] if marker is not None else HANG_GUARD_S
+    if limit <= 0 or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGALRM"):
         yield
         return
     def on_alarm(signum, frame):
-        raise TimeoutError(f"test still running after {HANG_GUARD_S} s: hang guard (set FUSEGRAD_TEST_HANG_GUARD=0 to disable)")
+        raise TimeoutError(f"test still running after {limit} s: hang guard (set FUSEGRAD_TEST_HANG_GUARD=0 to disable)")
     previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(HANG_GUARD_S)
+    signal.alarm(limit)
     try:
         yield
     finally:
