@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse, json, os, time
 from dataclasses import dataclass
 import numpy as np
+from fusegrad.examples import decoding
 from fusegrad import Tensor, TinyJit, Variable, Device, dtypes, nn
 from fusegrad.nn.state import safe_load, load_state_dict, get_state_dict
 from fusegrad.uop.ops import UOp
@@ -184,37 +185,13 @@ def load_weights(path: str, n_heads: int | None = None) -> Transformer:
     load_state_dict(model, convert_hf_weights(weights), verbose=False)
     return model
 
-def random_model(config: GPT2Config, seed: int = 0) -> Transformer:
+def random_model(config: GPT2Config, seed: int = 0) -> "Transformer":
     """A model with the layers' default random initialization (for trying the code without a checkpoint)."""
-    Tensor.manual_seed(seed)
-    model = Transformer(config)
-    Tensor.realize(*get_state_dict(model).values())
-    return model
+    return decoding.random_model(Transformer, config, seed)
 
 # ---------------------------------------------------------------- generation
 
-def generate(model: Transformer, prompt: list[int], count: int, temperature: float = 0.0, seed: int = 0,
-             timings: list[float] | None = None) -> list[int]:
-    """Prefill ``prompt`` then decode ``count`` new tokens (greedy when temperature is 0).
-    ``timings`` (if given) collects the seconds each decode step took."""
-    if not prompt: raise ValueError("the prompt needs at least one token")
-    if len(prompt) + count > model.config.max_context:
-        raise ValueError(f"prompt ({len(prompt)}) + count ({count}) exceeds the context length {model.config.max_context}")
-    rng = np.random.default_rng(seed)
-    vocab = model.config.vocab_size
-    temp = Tensor([temperature], dtype=dtypes.float32)
-    def noise() -> Tensor: return Tensor(rng.random((1, vocab), dtype=np.float32))
-    # prefill: the whole prompt at once, with a concrete start_pos (ordinary, unjitted kernels)
-    token = model(Tensor([prompt], dtype=dtypes.int32), 0, temp, noise()).item()
-    out = [token]
-    # decode: one token per step; start_pos is a bound Variable so a single JIT capture serves all positions
-    start_pos = Variable("start_pos", 1, model.config.max_context - 1)
-    for pos in range(len(prompt), len(prompt) + count - 1):
-        st = time.perf_counter()
-        token = model(Tensor([[token]], dtype=dtypes.int32), start_pos.bind(pos), temp, noise()).item()
-        if timings is not None: timings.append(time.perf_counter() - st)
-        out.append(token)
-    return out[:count]
+generate = decoding.generate   # prefill + jitted decode loop, shared with the other examples
 
 def _tokenizer():
     """tiktoken's GPT-2 BPE if the package is installed (it's optional), else None."""

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse, glob, json, os, time
 from dataclasses import dataclass
 import numpy as np
+from fusegrad.examples import decoding
 from fusegrad import Tensor, TinyJit, Variable, Device, dtypes, nn
 from fusegrad.nn.state import safe_load, gguf_load, load_state_dict, get_state_dict
 from fusegrad.uop.ops import UOp
@@ -257,36 +258,13 @@ def load_gguf(path: str, max_context: int = 1024) -> Transformer:
     kv, weights = gguf_load(path)
     return load_into(Transformer(config_from_gguf(kv, weights, max_context)), convert_from_gguf(weights))
 
-def random_model(config: LlamaConfig, seed: int = 0) -> Transformer:
+def random_model(config: LlamaConfig, seed: int = 0) -> "Transformer":
     """A model with the layers' default random initialization (for trying the code without a checkpoint)."""
-    Tensor.manual_seed(seed)
-    model = Transformer(config)
-    Tensor.realize(*get_state_dict(model).values())
-    return model
+    return decoding.random_model(Transformer, config, seed)
 
 # ---------------------------------------------------------------- generation
 
-def generate(model: Transformer, prompt: list[int], count: int, temperature: float = 0.0, seed: int = 0,
-             timings: list[float] | None = None) -> list[int]:
-    """Prefill ``prompt`` then decode ``count`` new tokens (greedy when temperature is 0).
-    ``timings`` (if given) collects the seconds each decode step took."""
-    if not prompt: raise ValueError("the prompt needs at least one token")
-    if len(prompt) + count > model.config.max_context:
-        raise ValueError(f"prompt ({len(prompt)}) + count ({count}) exceeds the context length {model.config.max_context}")
-    rng = np.random.default_rng(seed)
-    temp = Tensor([temperature], dtype=dtypes.float32)
-    def noise() -> Tensor: return Tensor(rng.random((1, model.config.vocab_size), dtype=np.float32))
-    # prefill: the prompt in one pass with a concrete start_pos (ordinary kernels)
-    token = model(Tensor([prompt], dtype=dtypes.int32), 0, temp, noise()).item()
-    out = [token]
-    # decode: start_pos is a bound Variable, so one JIT capture serves every position
-    start_pos = Variable("start_pos", 1, model.config.max_context - 1)
-    for pos in range(len(prompt), len(prompt) + count - 1):
-        st = time.perf_counter()
-        token = model(Tensor([[token]], dtype=dtypes.int32), start_pos.bind(pos), temp, noise()).item()
-        if timings is not None: timings.append(time.perf_counter() - st)
-        out.append(token)
-    return out[:count]
+generate = decoding.generate   # prefill + jitted decode loop, shared with the other examples
 
 def _tokenizer(path: str | None):
     """HF ``tokenizers`` with the tokenizer.json next to the weights, if both exist (optional)."""

@@ -1,0 +1,42 @@
+"""Shared pieces of the language-model examples (gpt2.py, llama.py): building a randomly
+initialized model and the prefill + jitted decode loop.
+
+A model here is callable as ``model(tokens, start_pos, temperature, noise) -> Tensor`` (the next
+token, sampled with the Gumbel-max trick; temperature 0 is greedy), has ``forward_jit`` for the
+single-token step and ``config.max_context`` / ``config.vocab_size``.
+"""
+from __future__ import annotations
+import time
+import numpy as np
+from fusegrad import Tensor, Variable, dtypes
+from fusegrad.nn.state import get_state_dict
+
+def random_model(model_class, config, seed: int = 0):
+    """A model with the layers' default random initialization (for trying the code without a checkpoint)."""
+    Tensor.manual_seed(seed)
+    model = model_class(config)
+    Tensor.realize(*get_state_dict(model).values())
+    return model
+
+def generate(model, prompt: list[int], count: int, temperature: float = 0.0, seed: int = 0,
+             timings: list[float] | None = None) -> list[int]:
+    """Prefill ``prompt`` then decode ``count`` new tokens (greedy when temperature is 0).
+    ``timings`` (if given) collects the seconds each decode step took."""
+    if not prompt: raise ValueError("the prompt needs at least one token")
+    if len(prompt) + count > model.config.max_context:
+        raise ValueError(f"prompt ({len(prompt)}) + count ({count}) exceeds the context length {model.config.max_context}")
+    rng = np.random.default_rng(seed)
+    vocab = model.config.vocab_size
+    temp = Tensor([temperature], dtype=dtypes.float32)
+    def noise() -> Tensor: return Tensor(rng.random((1, vocab), dtype=np.float32))
+    # prefill: the whole prompt at once, with a concrete start_pos (ordinary, unjitted kernels)
+    token = model(Tensor([prompt], dtype=dtypes.int32), 0, temp, noise()).item()
+    out = [token]
+    # decode: one token per step; start_pos is a bound Variable so a single JIT capture serves all positions
+    start_pos = Variable("start_pos", 1, model.config.max_context - 1)
+    for pos in range(len(prompt), len(prompt) + count - 1):
+        st = time.perf_counter()
+        token = model(Tensor([[token]], dtype=dtypes.int32), start_pos.bind(pos), temp, noise()).item()
+        if timings is not None: timings.append(time.perf_counter() - st)
+        out.append(token)
+    return out[:count]
