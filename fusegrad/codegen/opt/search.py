@@ -35,7 +35,8 @@ def _compile(args: tuple) -> tuple[int, bytes | None]:
     try: return index, Device[device].compiler.compile_cached(src)
     except Exception: return index, None
 
-def _time_program(program, lib: bytes, buffers: list, repeats: int = 3) -> float:
+def _time_program(program, lib: bytes, buffers: list, repeats: int = 3, give_up_after: float = float("inf")) -> float:
+    """Best of ``repeats`` runs; a candidate already 3x slower than ``give_up_after`` isn't repeated."""
     from fusegrad.engine.realize import CompiledRunner
     runner = CompiledRunner(program, precompiled=lib)
     var_vals = {v: v.arg[1] for v in program.vars}
@@ -43,6 +44,7 @@ def _time_program(program, lib: bytes, buffers: list, repeats: int = 3) -> float
     for _ in range(repeats):
         elapsed = runner(buffers, var_vals, wait=True)
         best = min(best, elapsed if elapsed is not None else float("inf"))
+        if best > 3 * give_up_after: break
     return best
 
 def _buffers_for(ast: UOp, device: str) -> list:
@@ -92,10 +94,11 @@ def beam_search(ast: UOp, renderer, width: int) -> list[Opt]:
         pool = _workers()
         jobs = [(i, device, p.src) for i, (_, p) in enumerate(programs)]
         libs = dict(pool.map(_compile, jobs) if pool is not None and len(jobs) > 1 else map(_compile, jobs))
-        results = []
+        results: list[tuple[float, list[Opt]]] = []
         for i, (opts, program) in enumerate(programs):
             if libs.get(i) is None: continue
-            try: results.append((_time_program(program, libs[i], buffers), opts))
+            fastest = min((r[0] for r in results), default=float("inf"))
+            try: results.append((_time_program(program, libs[i], buffers, give_up_after=fastest), opts))
             except Exception: continue
         return sorted(results, key=lambda r: r[0])
     beam = evaluate([[]])
