@@ -69,6 +69,8 @@ pm_gradient = PatternMatcher([
     (UPat(Ops.CONTIGUOUS_BACKWARD, name="ret"), lambda ctx, ret: (UOp(Ops.CONTIGUOUS, ctx.dtype, (ctx,)),)),
     (UPat(Ops.COPY, name="ret"), lambda ctx, ret: (UOp(Ops.COPY, ctx.dtype, (ctx,), ret.src[0].device),)),
     (UPat(Ops.ASSIGN, name="ret"), lambda ctx, ret: (None, ctx)),
+    # an explicit gradient: src[0] is the value, arg(ret, grad) gives the gradients of src[1:]
+    (UPat(Ops.CUSTOM, name="ret"), lambda ctx, ret: (None,) + tuple(ret.arg(ret, ctx))),
 ])
 
 def _reduce_axis_gradient(ret: UOp, grad: UOp) -> tuple[UOp | None]:

@@ -8,10 +8,43 @@ with the tensor. Gathers and scatters compare indices with an ``arange`` (one-ho
 from __future__ import annotations
 import functools, itertools, math, string
 from typing import TYPE_CHECKING, Any, Sequence
+from dataclasses import dataclass
 from fusegrad.helpers import prod, flatten, argsort, argfix, ceildiv, round_up
+from fusegrad.dtype import dtypes
+from fusegrad.uop.ops import UOp, Ops
 if TYPE_CHECKING: from fusegrad.tensor import Tensor
 
 # ---------------------------------------------------------------- module helpers
+
+@dataclass(frozen=True)
+class _ConvInputGradient:
+    """The gradient rule of a stride-1, undilated convolution (an Ops.CUSTOM arg; equal convs give
+    equal rules, so equal graphs stay equal and schedules stay cached).
+
+    Differentiating the sliding-window reshape trick gives index math full of data-dependent div/mod
+    (slow kernels). The same input gradient is a plain convolution: the output gradient padded by
+    k-1 on every side, convolved with the weights flipped and with in/out channels swapped (per
+    group). The weight gradient still comes from ordinary autograd through the windows."""
+    groups: int
+    kernel: tuple
+    def __call__(self, node: UOp, grad: UOp) -> tuple:
+        from fusegrad.gradient import compute_gradient
+        Tensor = _T()
+        value, x_node, w_node = node.src
+        dw = compute_gradient(value, grad, {w_node}).get(w_node)
+        w = Tensor(w_node, requires_grad=False)
+        cout, cin = w.shape[:2]
+        swapped = w.reshape(self.groups, cout // self.groups, cin, *self.kernel).transpose(1, 2)
+        swapped = swapped.reshape(self.groups * cin, cout // self.groups, *self.kernel)
+        flipped = swapped.flip(*range(2, 2 + len(self.kernel)))
+        g = Tensor(grad, requires_grad=False).pad([k - 1 for k in reversed(self.kernel) for _ in range(2)])
+        dx = g.conv2d(flipped, groups=self.groups).cast(x_node.dtype)
+        return dx.uop, dw
+
+def _with_conv_input_gradient(ret: "Tensor", padded: "Tensor", weight: "Tensor", groups: int, HW: tuple) -> "Tensor":
+    """``ret`` with the explicit input gradient of _ConvInputGradient attached."""
+    rule = _ConvInputGradient(groups, tuple(HW))
+    return _T()(UOp(Ops.CUSTOM, ret.dtype, (ret.uop, padded.uop, weight.uop), rule), requires_grad=ret.requires_grad)
 
 def _T() -> type:
     from fusegrad.tensor import Tensor
@@ -137,7 +170,7 @@ class ProcessingMixin:
                 padding = _grouped_to_flat([(t // 2, t - t // 2) for t in totals])
             else: raise ValueError(f"padding string must be 'same' or 'valid', got {padding!r}")
         padding_ = self._resolve_pool_pads(padding, len(HW))
-        x = self.pad(padding_)
+        x = padded = self.pad(padding_)
         for k, d, i in zip(HW, d_, x.shape[2:]):
             if d * (k - 1) + 1 > i:
                 raise ValueError(f"kernel {tuple(HW)} (dilation {d_}) is larger than the padded input {tuple(x.shape[2:])}")
@@ -148,6 +181,8 @@ class ProcessingMixin:
         # broadcast to (bs, groups, rcout, *oyx, cin, *HW) and reduce cin and the kernel
         ret = (x * weight.reshape(1, groups, rcout, *[1] * len(oyx), cin, *HW))
         ret = ret.sum([-1 - i for i in range(1 + len(oyx))], keepdim=True, acc_dtype=acc_dtype, dtype=dtype).reshape(bs, cout, *oyx)
+        if all(s == 1 for s in s_) and all(d == 1 for d in d_) and dtypes.is_float(ret.dtype):
+            ret = _with_conv_input_gradient(ret, padded, weight, groups, HW)
         return ret if bias is None else ret.add(bias.reshape(1, -1, *[1] * len(HW)))
 
     def conv_transpose2d(self: "Tensor", weight: "Tensor", bias: "Tensor | None" = None, groups: int = 1, stride: int | Sequence[int] = 1,

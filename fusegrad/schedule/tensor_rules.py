@@ -91,5 +91,7 @@ tensor_simplify = PatternMatcher([
     (UPat(Ops.RESHAPE, name="root", src=(UPat(Ops.RESHAPE, src=(UPat.var("x"),)),)), lambda root, x: x.reshape(root.arg)),
     (UPat(Ops.RESHAPE, name="root", src=(UPat.var("x"),)), lambda root, x: x if root.arg == x.shape else None),
     (UPat(Ops.DETACH, src=(UPat.var("x"),)), lambda x: x),
+    # a node with an explicit gradient computes its first source
+    (UPat(Ops.CUSTOM, name="root"), lambda root: root.src[0]),
     (UPat(Ops.CONTIGUOUS_BACKWARD, src=(UPat.var("x"),)), lambda x: x),
 ])
