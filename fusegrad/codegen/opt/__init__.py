@@ -189,7 +189,10 @@ def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
     reduces = [r for r in axes if r.arg[1] is AxisType.REDUCE]
     reduce_nodes = [x for x in ast.toposort if x.op is Ops.REDUCE]
     work = prod(_size(r) for r in axes) if all(isinstance(_size(r), int) for r in axes) else 0
-    if reduce_nodes and reduces and len(reduce_nodes) <= 4:
+    # register tiles over nested reduces (a reduce inside another reduce's value) are miscompiled
+    # in some cases (wrong max-pool-over-conv results): keep those kernels untiled until fixed
+    nested = any(x.op is Ops.REDUCE for red in reduce_nodes for x in red.src[0].toposort if x is not red)
+    if reduce_nodes and reduces and len(reduce_nodes) <= 4 and not nested:
         loads = [x for x in reduce_nodes[0].src[0].toposort if x.op is Ops.LOAD]
         # matmul-like: a reduce reading two buffers, with at least two output dims
         if len(globals_) >= 2 and len(loads) >= 2:
