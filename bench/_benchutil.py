@@ -215,3 +215,22 @@ def report_load_after(start_load: float | None) -> None:
     if hasattr(os, "getloadavg"):
         load = os.getloadavg()[0]
         print(f"load average (1 min) at the end: {load:.2f}" + (f"  -- WARNING: > {LOAD_WARN}, numbers are noisy" if load > LOAD_WARN else ""))
+
+def run_sections(title: str, script: str, args: Any, tasks: dict[str, Callable[[dict], dict]], sections: dict[str, Callable]) -> None:
+    """The main() of a bench script: run ``args.only`` sections, each measurement in a child
+    process of ``script``; a failing section is reported and the others still run."""
+    if args.child: return child_main(args.child, tasks)
+    start = time.perf_counter()
+    print_header(title, args.threads, [f"sections {' '.join(args.only)}; peers {' '.join(args.peers)}; every measurement in a fresh child process"])
+    runner = ChildRunner(os.path.abspath(script), args.threads, args.timeout, args.verbose)
+    failed = []
+    try:
+        for name in args.only:
+            try: sections[name](args, runner)
+            except Exception as e:
+                failed.append(name)
+                print(f"\n== section {name!r} FAILED: {type(e).__name__}: {e}\n" + "".join(traceback.format_exception(e)[-3:]).rstrip())
+    finally: runner.cleanup()
+    print(f"\ntotal bench time {time.perf_counter() - start:.1f} s" + (f"; FAILED sections: {', '.join(failed)}" if failed else ""))
+    report_load_after(None)
+    if failed: sys.exit(1)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse, os, re, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _benchutil import (ChildRunner, SkipPeer, cache_entries, child_main, device_sync, fmt, import_framework, median_time, print_header,
+from _benchutil import (run_sections, ChildRunner, SkipPeer, cache_entries, child_main, device_sync, fmt, import_framework, median_time, print_header,
                         print_table, ratio, report_load_after, status)
 
 SECTIONS = ["replay", "eager", "mlp", "gpt2"]
@@ -395,24 +395,8 @@ def section_gpt2(args, runner: ChildRunner) -> None:
     print_table(title, ["peer", "ms / token", "best ms", "÷ fusegrad", "captured kernels", "init s", "warm-up ms"], rows, notes + errors)
 
 def main() -> None:
-    args = parse_args()
-    if args.child: return child_main(args.child, TASKS)
-    start = time.perf_counter()
-    print_header("fusegrad JIT bench (bench/bench_jit.py)", args.threads,
-                 [f"sections {' '.join(args.only)}; peers {' '.join(args.peers)}; every measurement in a fresh child process"])
-    runner = ChildRunner(os.path.abspath(__file__), args.threads, args.timeout, args.verbose)
-    failed = []
-    try:
-        for name in args.only:
-            try: globals()[f"section_{name}"](args, runner)
-            except Exception as e:
-                import traceback
-                failed.append(name)
-                print(f"\n== section {name!r} FAILED: {type(e).__name__}: {e}\n" + "".join(traceback.format_exception(e)[-3:]).rstrip())
-    finally: runner.cleanup()
-    print(f"\ntotal bench time {time.perf_counter() - start:.1f} s" + (f"; FAILED sections: {', '.join(failed)}" if failed else ""))
-    report_load_after(None)
-    if failed: sys.exit(1)
+    sections = {name[len("section_"):]: fn for name, fn in globals().items() if name.startswith("section_")}
+    run_sections("fusegrad JIT bench (bench/bench_jit.py)", __file__, parse_args(), TASKS, sections)
 
 if __name__ == "__main__":
     main()

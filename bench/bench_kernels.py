@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse, os, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _benchutil import (ChildRunner, SkipPeer, child_main, device_sync, fmt, import_framework, median_time, print_header,
+from _benchutil import (run_sections, ChildRunner, SkipPeer, child_main, device_sync, fmt, import_framework, median_time, print_header,
                         print_table, ratio, report_load_after, status)
 
 SECTIONS = ["matmul", "elementwise", "mnist"]
@@ -292,24 +292,8 @@ def section_mnist(args, runner: ChildRunner) -> None:
                 rows, notes + errors)
 
 def main() -> None:
-    args = parse_args()
-    if args.child: return child_main(args.child, TASKS)
-    start = time.perf_counter()
-    print_header("fusegrad kernel bench (bench/bench_kernels.py)", args.threads,
-                 [f"sections {' '.join(args.only)}; peers {' '.join(args.peers)}; every measurement in a fresh child process"])
-    runner = ChildRunner(os.path.abspath(__file__), args.threads, args.timeout, args.verbose)
-    failed = []
-    try:
-        for name in args.only:
-            try: globals()[f"section_{name}"](args, runner)
-            except Exception as e:
-                import traceback
-                failed.append(name)
-                print(f"\n== section {name!r} FAILED: {type(e).__name__}: {e}\n" + "".join(traceback.format_exception(e)[-3:]).rstrip())
-    finally: runner.cleanup()
-    print(f"\ntotal bench time {time.perf_counter() - start:.1f} s" + (f"; FAILED sections: {', '.join(failed)}" if failed else ""))
-    report_load_after(None)
-    if failed: sys.exit(1)
+    sections = {name[len("section_"):]: fn for name, fn in globals().items() if name.startswith("section_")}
+    run_sections("fusegrad kernel bench (bench/bench_kernels.py)", __file__, parse_args(), TASKS, sections)
 
 if __name__ == "__main__":
     main()

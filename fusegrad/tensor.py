@@ -103,8 +103,6 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             uop = data.uop if dtype is None else data.uop.cast(dtype)
         elif isinstance(data, (bool, int, float)):
             uop = UOp.const(dtype or dtypes.from_py(data), data, device, ())
-        elif isinstance(data, UOp.__class__) and False:
-            uop = data
         elif isinstance(data, (bytes, bytearray, memoryview)):
             import numpy as np
             uop = _fromnp(np.frombuffer(bytes(data), dtype=np.uint8), device, dtypes.uint8 if dtype is None else dtype)

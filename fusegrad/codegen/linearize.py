@@ -16,7 +16,6 @@ own END when it closes a loop.
 from __future__ import annotations
 import heapq
 from fusegrad.uop.ops import UOp, Ops
-from fusegrad.helpers import DEBUG
 
 def _range_key(r: UOp) -> int: return r.arg[0]
 

@@ -8,6 +8,7 @@ after its last use. ``NO_MEMORY_PLANNER=1`` turns this off.
 from __future__ import annotations
 from typing import Iterable, Sequence
 from fusegrad.device import Buffer
+from fusegrad.dtype import dtypes
 from fusegrad.helpers import DEBUG, NO_MEMORY_PLANNER
 from fusegrad.uop.ops import UOp
 
@@ -46,7 +47,7 @@ def plan_memory(buffer_lists: Sequence[Sequence[UOp]], keep: set[UOp], buffers: 
                 best_size = min(candidates)[0]
                 block = free_blocks[(device, best_size)].pop()
             else:
-                block = Buffer(device, nbytes, _uint8())
+                block = Buffer(device, nbytes, dtypes.uint8)
                 after += nbytes
             block_of[b] = block
             buffers[b] = Buffer(device, size, b.dtype, base=block, offset=0)
@@ -57,10 +58,6 @@ def plan_memory(buffer_lists: Sequence[Sequence[UOp]], keep: set[UOp], buffers: 
         print(f"memory reduced from {before/1e6:.2f} MB -> {after/1e6:.2f} MB, {len(first_use)} -> "
               f"{len({id(b) for b in block_of.values()})} bufs")
     return before, after
-
-def _uint8():
-    from fusegrad.dtype import dtypes
-    return dtypes.uint8
 
 def referenced_buffers(uops: Iterable[UOp]) -> set[UOp]:
     """Every BUFFER uop reachable from ``uops``."""

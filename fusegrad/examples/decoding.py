@@ -18,6 +18,15 @@ def random_model(model_class, config, seed: int = 0):
     Tensor.realize(*get_state_dict(model).values())
     return model
 
+def sample(logits: Tensor, temperature: Tensor, noise: Tensor) -> Tensor:
+    """The next token (bsz,) int32 from the last position's logits: argmax(logits + T * g) with
+    g = -log(-log(u)) is a sample of softmax(logits / T) (the Gumbel-max trick), and T = 0 is plain
+    greedy argmax. So temperature is a tensor input and one JIT capture serves greedy and sampled
+    decoding alike; ``noise`` holds the uniform u's and comes from the caller, so every replay gets
+    fresh numbers."""
+    gumbel = -(-noise.clip(1e-10, 1.0).log()).log()
+    return (logits + temperature.reshape(1, 1) * gumbel).argmax(-1).cast(dtypes.int32).realize()
+
 def generate(model, prompt: list[int], count: int, temperature: float = 0.0, seed: int = 0,
              timings: list[float] | None = None) -> list[int]:
     """Prefill ``prompt`` then decode ``count`` new tokens (greedy when temperature is 0).

@@ -131,9 +131,7 @@ class Transformer:
         tensor input and one JIT capture serves greedy and sampled decoding alike. ``noise`` holds
         the uniform u's (bsz, vocab); it comes from the caller so every replay gets fresh numbers.
         """
-        logits = self.logits(tokens, start_pos)[:, -1, :]
-        gumbel = -(-noise.clip(1e-10, 1.0).log()).log()
-        return (logits + temperature.reshape(1, 1) * gumbel).argmax(-1).cast(dtypes.int32).realize()
+        return decoding.sample(self.logits(tokens, start_pos)[:, -1, :], temperature, noise)
 
     def __call__(self, tokens: Tensor, start_pos: int | UOp, temperature: Tensor, noise: Tensor) -> Tensor:
         # the jitted path needs a fixed input shape (one token) and a Variable position (start_pos >= 1)

@@ -152,9 +152,7 @@ class Transformer:
     def forward(self, tokens: Tensor, start_pos: int | UOp, temperature: Tensor, noise: Tensor) -> Tensor:
         """The next token (bsz,) int32: argmax(logits + T * gumbel(noise)), a sample of
         softmax(logits / T) and greedy for T = 0 (see gpt2.py's forward for why it is done this way)."""
-        logits = self.logits(tokens, start_pos)[:, -1, :]
-        gumbel = -(-noise.clip(1e-10, 1.0).log()).log()
-        return (logits + temperature.reshape(1, 1) * gumbel).argmax(-1).cast(dtypes.int32).realize()
+        return decoding.sample(self.logits(tokens, start_pos)[:, -1, :], temperature, noise)
 
     def __call__(self, tokens: Tensor, start_pos: int | UOp, temperature: Tensor, noise: Tensor) -> Tensor:
         step = self.forward_jit if tokens.shape[1] == 1 and isinstance(start_pos, UOp) else self.forward

@@ -89,7 +89,8 @@ class CPUGraph:
                 types.append("long long")
             calls.append(f"  ((void(*)({', '.join(types) or 'void'}))fns[{index}])({', '.join(args)});")
         src = "void run(void **fns, void **bufs, long long *vals) {\n" + "\n".join(calls) + "\n}\n"
-        self.lib = CPUProgram("run", Device_compiler().compile_cached(src))
+        from fusegrad.device import Device
+        self.lib = CPUProgram("run", Device["CPU"].compiler.compile_cached(src))
         self.functions = (ctypes.c_void_p * len(items))(*[ctypes.cast(item.prg._prg.fxn, ctypes.c_void_p) for item in items])
         for buf in buffers: buf.ensure_allocated()
         self.table = (ctypes.c_void_p * max(1, len(buffers)))(*[ctypes.addressof(b._buf) for b in buffers])
@@ -106,7 +107,3 @@ class CPUGraph:
             by_name = {**self.default_vals, **{v.expr: val for v, val in var_vals.items()}}
             for i, name in enumerate(self.var_names): self.vals[i] = by_name[name]
         self.lib.fxn(self.functions, self.table, self.vals)
-
-def Device_compiler():
-    from fusegrad.device import Device
-    return Device["CPU"].compiler

@@ -319,8 +319,7 @@ def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UO
     for node, buffer in realized.items():
         if node.op is Ops.ASSIGN: node_map[node] = node.src[0]
         else: node_map[node] = buffer.reshape(node.shape)
-    final = graph_rewrite_map(simplified, PatternMatcher([]), ctx=None) if not node_map else \
-        [r.substitute(node_map) for r in simplified]
+    final = [r.substitute(node_map) for r in simplified] if node_map else simplified
     for original, new in zip(roots, final):
         if original is not new: becomes[original] = new
     for node, new in node_map.items(): becomes.setdefault(node, new)

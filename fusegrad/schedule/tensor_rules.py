@@ -72,8 +72,12 @@ def concrete_dtype(root: UOp) -> UOp | None:
     return root.replace(dtype=dtypes.concrete(root.dtype), arg=dtypes.as_const(root.arg, dtypes.concrete(root.dtype))
                         if root.op is Ops.CONST and not isinstance(root.arg, UOp) else root.arg)
 
-def is_zero(x: UOp) -> bool: return const_value(x) == 0 and not isinstance(const_value(x), bool) or const_value(x) is False
-def is_one(x: UOp) -> bool: v = const_value(x); return v is not None and v == 1
+def is_zero(x: UOp) -> bool:
+    value = const_value(x)
+    return value is not None and value == 0
+def is_one(x: UOp) -> bool:
+    value = const_value(x)
+    return value is not None and value == 1
 
 tensor_simplify = PatternMatcher([
     (UPat(name="root"), concrete_dtype),

@@ -226,7 +226,7 @@ def optimize_kernel(ast: UOp, renderer, opts: list | None = None) -> tuple[UOp, 
         applied = []
         for opt in opts:
             try:
-                ast = apply_opt(ast, _reindex(ast, opt, applied), renderer)
+                ast = apply_opt(ast, opt, renderer)
                 applied.append(opt)
             except KernelOptError:
                 if DEBUG >= 3: print(f"skipped {opt}")
@@ -238,9 +238,3 @@ def optimize_kernel(ast: UOp, renderer, opts: list | None = None) -> tuple[UOp, 
     ast = renest(ast)
     if DEBUG >= 3: print(f"{colored_shape(ast)}  {applied}")
     return ast, tuple(applied)
-
-def _reindex(ast: UOp, opt: Opt, applied: list[Opt]) -> Opt:
-    """Heuristic opts are chosen up front on the original axes; splitting doesn't renumber axes
-    here because split outer ranges keep their place in id order only if ids grow, so look the
-    axis up again by its original range size."""
-    return opt
