@@ -54,6 +54,7 @@ import fusegrad
 import fusegrad.codegen, fusegrad.engine.realize
 from fusegrad import Tensor, GlobalCounters, Device
 from fusegrad.engine.realize import lower_schedule_item, method_cache
+from _benchutil import print_table   # shared with the other bench scripts
 
 torch = None
 TORCH_NOTE = ""
@@ -81,15 +82,6 @@ def median_time(fn, reps: int = ARGS.reps, warmup: int = ARGS.warmup, setup=None
   return statistics.median(times)
 
 def fmt_ms(s: float | None) -> str: return "-" if s is None else f"{s*1e3:10.3f}"
-
-def print_table(title: str, header: list[str], rows: list[list[str]], notes: list[str] = ()) -> None:
-  widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
-  line = lambda r: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-  print(f"\n== {title}")
-  print(line(header))
-  print("  ".join("-" * w for w in widths))
-  for r in rows: print(line(r))
-  for n in notes: print(f"   note: {n}")
 
 def rel_err(x, ref) -> float:
   x, ref = np.asarray(x, dtype=np.float64), np.asarray(ref, dtype=np.float64)

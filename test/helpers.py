@@ -112,3 +112,30 @@ def helper_test_op(shapes, torch_fn, fusegrad_fn=None, atol=1e-6, rtol=1e-3, gra
         assert tuple(g.shape) == want_g.shape, f"gradient shape mismatch for input {i}: {g.shape} vs {want_g.shape}"
         np.testing.assert_allclose(g.numpy(), want_g, atol=grad_atol, rtol=grad_rtol, err_msg=f"gradient mismatch for input {i}")
     return fg_out
+
+
+def assert_decode_paths_agree(model, ref_next_token, prompt: list[int], count: int, context: int, vocab: int) -> None:
+    """For a language-model example (see fusegrad/examples/decoding.py): greedy tokens from the
+    unjitted forward (bound Variable positions), from the jitted step, and from generate() all equal
+    the reference model's; the JIT captures once (same capture, same kernel count) for every position."""
+    from fusegrad import Variable
+    from fusegrad.examples import decoding
+    zero, noise = Tensor([0.0]), Tensor.zeros(1, vocab)
+    ref_tokens = list(prompt)
+    for _ in range(count): ref_tokens.append(ref_next_token(ref_tokens))
+    position = Variable("start_pos", 1, context - 1)
+    def decode(step) -> list[int]:
+        tokens = list(prompt)
+        tokens.append(step(Tensor([prompt], dtype=dtypes.int32), 0, zero, noise).item())
+        for pos in range(len(prompt), len(prompt) + count - 1):
+            tokens.append(step(Tensor([[tokens[-1]]], dtype=dtypes.int32), position.bind(pos), zero, noise).item())
+            if pos == len(prompt) + 1:   # the 2nd decode call captured
+                captured, n_kernels = model.forward_jit.captured, len(model.forward_jit.jit_cache)
+            elif pos > len(prompt) + 1 and step is model:
+                assert model.forward_jit.captured is captured and len(model.forward_jit.jit_cache) == n_kernels
+        return tokens
+    assert decode(model.forward) == ref_tokens     # every step scheduled the ordinary way
+    model.forward_jit.reset()
+    assert decode(model) == ref_tokens             # decode steps through model.forward_jit
+    assert model.forward_jit.captured is not None and len(model.forward_jit.jit_cache) > 0
+    assert decoding.generate(model, prompt, count) == ref_tokens[len(prompt):]

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from fusegrad import Tensor, Variable, dtypes
 from fusegrad.nn.state import safe_save
+from helpers import assert_decode_paths_agree
 from fusegrad.examples import gpt2
 
 LAYERS, DIM, HEADS, VOCAB, CONTEXT = 2, 64, 4, 128, 32
@@ -90,34 +91,7 @@ def test_kv_cache_decoding_matches_full_sequence(setup):
 
 def test_jitted_decode_matches_unjitted_and_captures_once(setup):
     w, model = setup
-    prompt, count = TOKENS[:3], 10
-    zero, noise = Tensor([0.0]), Tensor.zeros(1, VOCAB)
-    # reference greedy continuation from the PyTorch model
-    ref_tokens = list(prompt)
-    for _ in range(count): ref_tokens.append(int(torch_gpt2_logits(w, ref_tokens)[-1].argmax()))
-    # unjitted: model.forward called directly, every step scheduled and run the ordinary way (a bound
-    # Variable position, so the kernels compile once; concrete positions are covered by the test above)
-    v = Variable("start_pos", 1, CONTEXT - 1)
-    toks = list(prompt)
-    toks.append(model.forward(Tensor([prompt], dtype=dtypes.int32), 0, zero, noise).item())
-    for pos in range(len(prompt), len(prompt) + count - 1):
-        toks.append(model.forward(Tensor([[toks[-1]]], dtype=dtypes.int32), v.bind(pos), zero, noise).item())
-    assert toks == ref_tokens
-    # jitted: the decode steps go through model.forward_jit with a bound Variable start_pos
-    model.forward_jit.reset()
-    jtoks = list(prompt)
-    jtoks.append(model(Tensor([prompt], dtype=dtypes.int32), 0, zero, noise).item())
-    captured, n_kernels = None, None
-    for step, pos in enumerate(range(len(prompt), len(prompt) + count - 1)):
-        jtoks.append(model(Tensor([[jtoks[-1]]], dtype=dtypes.int32), v.bind(pos), zero, noise).item())
-        if step == 1:   # the 2nd call captured
-            captured, n_kernels = model.forward_jit.captured, len(model.forward_jit.jit_cache)
-            assert captured is not None and n_kernels > 0
-        elif step > 1:
-            assert model.forward_jit.captured is captured and len(model.forward_jit.jit_cache) == n_kernels
-    assert jtoks == toks
-    # generate() (the CLI's loop) gives the same greedy tokens
-    assert gpt2.generate(model, prompt, count) == ref_tokens[len(prompt):]
+    assert_decode_paths_agree(model, lambda toks: int(torch_gpt2_logits(w, toks)[-1].argmax()), TOKENS[:3], 10, CONTEXT, VOCAB)
 
 def test_temperature_sampling(setup):
     w, model = setup

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from fusegrad import Tensor, Variable, dtypes
 from fusegrad.nn.state import safe_save
+from helpers import assert_decode_paths_agree
 from fusegrad.examples import llama
 
 LAYERS, DIM, HEADS, KV_HEADS, HIDDEN, VOCAB, CONTEXT = 2, 64, 4, 2, 96, 128, 32
@@ -137,31 +138,8 @@ def test_kv_cache_decoding_matches_full_sequence(model, weights):
     np.testing.assert_allclose(got, ref[5:9], rtol=1e-4, atol=1e-4)
 
 def test_jitted_decode_matches_unjitted_and_captures_once(model, weights):
-    prompt, count = TOKENS[:3], 10
-    zero, noise = Tensor([0.0]), Tensor.zeros(1, VOCAB)
-    ref_tokens = list(prompt)
-    for _ in range(count): ref_tokens.append(int(torch_llama_logits(weights, ref_tokens)[-1].argmax()))
-    # unjitted: model.forward called directly, every step scheduled and run the ordinary way (a bound
-    # Variable position, so the kernels compile once; concrete positions are covered by the test above)
-    v = Variable("start_pos", 1, CONTEXT - 1)
-    toks = list(prompt)
-    toks.append(model.forward(Tensor([prompt], dtype=dtypes.int32), 0, zero, noise).item())
-    for pos in range(len(prompt), len(prompt) + count - 1):
-        toks.append(model.forward(Tensor([[toks[-1]]], dtype=dtypes.int32), v.bind(pos), zero, noise).item())
-    assert toks == ref_tokens
-    model.forward_jit.reset()
-    jtoks = list(prompt)
-    jtoks.append(model(Tensor([prompt], dtype=dtypes.int32), 0, zero, noise).item())
-    captured, n_kernels = None, None
-    for step, pos in enumerate(range(len(prompt), len(prompt) + count - 1)):
-        jtoks.append(model(Tensor([[jtoks[-1]]], dtype=dtypes.int32), v.bind(pos), zero, noise).item())
-        if step == 1:
-            captured, n_kernels = model.forward_jit.captured, len(model.forward_jit.jit_cache)
-            assert captured is not None and n_kernels > 0
-        elif step > 1:
-            assert model.forward_jit.captured is captured and len(model.forward_jit.jit_cache) == n_kernels
-    assert jtoks == toks
-    assert llama.generate(model, prompt, count) == ref_tokens[len(prompt):]
+    assert_decode_paths_agree(model, lambda toks: int(torch_llama_logits(weights, toks)[-1].argmax()), TOKENS[:3], 10, CONTEXT, VOCAB)
+    prompt = TOKENS[:3]
     s1 = llama.generate(model, prompt, 6, temperature=0.8, seed=5)
     assert s1 == llama.generate(model, prompt, 6, temperature=0.8, seed=5) and all(0 <= t < VOCAB for t in s1)
 
