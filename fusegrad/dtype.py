@@ -12,6 +12,7 @@ True
 """
 from __future__ import annotations
 import functools, math, struct
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -36,6 +37,9 @@ class DType:
     def __eq__(self, other: object) -> bool:
         return self is other or (isinstance(other, DType) and self._hash == other._hash and self._key == other._key)  # type: ignore[attr-defined]
     def __ne__(self, other: object) -> bool: return not self.__eq__(other)
+    def __reduce__(self):
+        # rebuild through __init__: the cached hash of strings differs between processes
+        return type(self), tuple(getattr(self, f.name) for f in dataclasses.fields(self))
 
     def __repr__(self) -> str:
         if self.count > 1: return f"dtypes.{self.scalar().name}.vec({self.count})"

@@ -7,12 +7,17 @@ computation.
 Each rule gets the forward node ``ret`` and the incoming gradient ``grad`` (shaped like ``ret``)
 and returns one gradient (or None) per source.
 
+Realizing a tensor replaces its graph with a buffer. So that ``y.numpy(); y.sum().backward()``
+still works, the graph behind such a buffer is recorded as its *origin* (``record_origins``, called
+when the scheduler's results are applied to live tensors) and differentiation steps from the
+buffer into it (``differentiation_order``); forward values are read from the buffers.
+
 >>> x = Tensor([2.0, 3.0], requires_grad=True)
 >>> (x * x).sum().gradient(x)[0].tolist()
 [4.0, 6.0]
 """
 from __future__ import annotations
-import math
+import itertools, math, weakref
 from fusegrad.dtype import dtypes, sum_acc_dtype
 from fusegrad.helpers import argsort
 from fusegrad.uop.ops import UOp, Ops, UPat, PatternMatcher, GroupOp
@@ -69,9 +74,15 @@ pm_gradient = PatternMatcher([
     (UPat(Ops.CONTIGUOUS_BACKWARD, name="ret"), lambda ctx, ret: (UOp(Ops.CONTIGUOUS, ctx.dtype, (ctx,)),)),
     (UPat(Ops.COPY, name="ret"), lambda ctx, ret: (UOp(Ops.COPY, ctx.dtype, (ctx,), ret.src[0].device),)),
     (UPat(Ops.ASSIGN, name="ret"), lambda ctx, ret: (None, ctx)),
+    (UPat(Ops.MULTI, name="ret"), lambda ctx, ret: _multi_gradient(ret, ctx)),
     # an explicit gradient: src[0] is the value, arg(ret, grad) gives the gradients of src[1:]
     (UPat(Ops.CUSTOM, name="ret"), lambda ctx, ret: (None,) + tuple(ret.arg(ret, ctx))),
 ])
+
+def _multi_gradient(ret: UOp, grad: UOp) -> tuple[UOp, ...]:
+    """Each shard of a multi-device tensor gets its part of the gradient (schedule/multi.py)."""
+    from fusegrad.schedule.multi import multi_gradient
+    return multi_gradient(ret, grad)
 
 def _reduce_axis_gradient(ret: UOp, grad: UOp) -> tuple[UOp | None]:
     op, axes = ret.arg
@@ -94,25 +105,128 @@ def _product_gradient(ret: UOp, grad: UOp, src: UOp, axes: tuple[int, ...]) -> U
     others = no_zero.where(ret.expand(src.shape) / nonzero, (one_zero & is_zero).where(product_of_nonzero, src.const_like(0)))
     return grad.expand(src.shape) * others
 
+# ---------------------------------------------------------------- graphs behind realized buffers
+
+# A realized BUFFER uop -> the lazy graph whose value it holds (shaped like the tensor it replaced).
+# Realizing a tensor swaps its graph for a buffer; this keeps the way back so gradients still flow.
+# Weak keys: an origin lives exactly as long as its buffer uop is referenced (by a tensor or by
+# another origin), so dropping the tensor frees the graph. See docs/decisions.md (Autograd).
+_ORIGINS: "weakref.WeakKeyDictionary[UOp, UOp]" = weakref.WeakKeyDictionary()
+
+def origin_of(buffer: UOp) -> UOp | None:
+    """The lazy graph a realized BUFFER uop was computed from, if it was kept for autograd."""
+    return _ORIGINS.get(buffer) if buffer.op is Ops.BUFFER else None
+
+def _is_new_buffer_view(node: UOp, new: UOp, seen: dict) -> bool:
+    """Does ``node`` now live in a buffer this schedule created (not an assign target, a constant or
+    an existing buffer it simplified to)? Only those buffers get an origin: an existing buffer
+    already has its own identity (a parameter, say), and recording one would make a cycle.
+    ``seen`` holds the old-graph nodes walked so far: an existing buffer is among them, a new one not."""
+    if node.op is Ops.ASSIGN or new.op not in (Ops.BUFFER, Ops.RESHAPE) or new.base.op is not Ops.BUFFER: return False
+    if new.base in seen or not all(isinstance(s, int) for s in node.shape): return False
+    return new.base.arg[2] == math.prod(node.shape) > 0
+
+def record_origins(becomes: dict[UOp, UOp], graphs: list[UOp], grad_leaves: set[UOp], live: list[UOp]) -> list[UOp]:
+    """Remember the graph behind the buffers in ``becomes`` (the scheduler's node -> buffer view
+    map) whose graph depends on one of ``grad_leaves`` (the uops of tensors with requires_grad=True)
+    other than through DETACH. ``graphs`` are the old graphs of the tensors the schedule changed,
+    ``live`` their new ones.
+
+    An origin's sources get the same substitution the tensors got, so it reads the buffers of
+    everything realized alongside it (stored intermediates included) instead of recomputing them,
+    and differentiation continues through their origins. Only buffers that ``live`` reaches
+    (directly or through other origins) are kept: the rest are scratch space for the memory
+    planner. Returns the new origins: their buffers must not be planned as scratch."""
+    substituted: dict[UOp, UOp] = {}   # old node -> what it is now (as UOp.substitute(becomes) builds it)
+    reaches: dict[UOp, bool] = {}      # old node -> does a gradient from it reach a grad leaf?
+    candidates: dict[UOp, UOp] = {}    # new BUFFER -> its origin
+    for graph in graphs:
+        for node in graph.toposort:
+            if node in substituted: continue
+            srcs = tuple(substituted[s] for s in node.src)
+            reaches[node] = (node.op is Ops.BUFFER and node in _ORIGINS) or \
+                (node.op is not Ops.DETACH and any(s in grad_leaves or reaches[s] for s in node.src))
+            if (new := becomes.get(node)) is None:
+                substituted[node] = node if srcs == node.src else node.replace(src=srcs)
+                continue
+            substituted[node] = new
+            if reaches[node] and _is_new_buffer_view(node, new, reaches):
+                candidates.setdefault(new.base, node if srcs == node.src else node.replace(src=srcs))
+    kept = _reachable(live, candidates) if candidates else {}
+    _ORIGINS.update(kept)
+    return list(kept.values())
+
+def _reachable(roots: list[UOp], origins: dict[UOp, UOp]) -> dict[UOp, UOp]:
+    """The entries of ``origins`` (buffer -> origin) reachable from ``roots``, following sources and
+    from a buffer to its origin."""
+    seen: set[UOp] = set()
+    found: dict[UOp, UOp] = {}
+    stack = list(roots)
+    while stack:
+        if (node := stack.pop()) in seen: continue
+        seen.add(node)
+        if (origin := origins.get(node)) is not None:
+            found[node] = origin
+            stack.append(origin)
+        stack.extend(node.src)
+    return found
+
+def differentiation_order(root: UOp) -> tuple[dict[UOp, None], dict[UOp, UOp]]:
+    """The graph below ``root`` in topological order, where a realized buffer with a recorded
+    origin is preceded by (and differentiates into) that origin. Returns the order and the
+    buffer -> origin edges that were followed."""
+    order: dict[UOp, None] = {}
+    followed: dict[UOp, UOp] = {}
+    # iterators over toposorts; following a buffer pushes its origin's toposort, then the buffer again
+    stack = [iter(root.toposort)]
+    while stack:
+        for node in stack[-1]:
+            if node in order: continue
+            if node not in followed and (origin := origin_of(node)) is not None:
+                followed[node] = origin
+                stack.append(itertools.chain(origin.toposort, (node,)))
+                break
+            order[node] = None
+        else: stack.pop()
+    return order, followed
+
 def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
-    """Gradients of ``root`` (seeded with ``root_grad``) with respect to every node in ``targets``."""
-    order = list(root.toposort)
+    """Gradients of ``root`` (seeded with ``root_grad``) with respect to every node in ``targets``.
+    Realized buffers are differentiated through their recorded origins (``record_origins``)."""
+    order, followed = differentiation_order(root)
     # only nodes that lead to a target need a gradient
     leads_to_target: dict[UOp, bool] = {}
     for node in order:
-        leads_to_target[node] = node in targets or (node.op is not Ops.DETACH and any(leads_to_target[s] for s in node.src))
+        srcs = (followed[node],) if node in followed else node.src
+        leads_to_target[node] = node in targets or (node.op is not Ops.DETACH and any(leads_to_target[s] for s in srcs))
+    # an origin's value is already in its buffer: rules that use a node's own value read it from there
+    values = {origin: buffer.reshape(origin.shape) for buffer, origin in followed.items()}
     grads: dict[UOp, UOp] = {root: root_grad}
+    def accumulate(node: UOp, g: UOp) -> None:
+        grads[node] = grads[node] + g if node in grads else g
     for node in reversed(order):
-        if node not in grads or not leads_to_target[node] or not node.src: continue
-        if node.op in (Ops.DEVICE, Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND): continue
-        src_grads = _apply_rule(node, grads[node])
+        if node not in grads or not leads_to_target[node]: continue
+        if (origin := followed.get(node)) is not None:
+            accumulate(origin, grads[node].reshape(origin.shape))
+            continue
+        if not node.src or node.op in (Ops.DEVICE, Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND): continue
+        src_grads = _apply_rule(node, grads[node], values.get(node))
         for src, g in zip(node.src, src_grads):
             if g is None or not leads_to_target.get(src, False): continue
-            grads[src] = grads[src] + g if src in grads else g
+            accumulate(src, g)
     return {t: grads[t] for t in targets if t in grads}
 
-def _apply_rule(node: UOp, grad: UOp) -> tuple:
+# rules whose gradient uses the node's own (output) value, not only its sources
+_USES_OUTPUT = (Ops.RECIPROCAL, Ops.EXP2, Ops.SQRT, Ops.REDUCE_AXIS)
+
+def _apply_rule(node: UOp, grad: UOp, value: UOp | None = None) -> tuple:
+    """The gradients of ``node``'s sources. ``value``, if given, holds ``node``'s value (its realized
+    buffer): rules that use the output read it instead of recomputing ``node``."""
     for pattern, fn, _ in pm_gradient.by_op[node.op]:
         for captures in pattern.match(node, {}):
-            return fn(ctx=grad, **captures)
+            src_grads = fn(ctx=grad, **captures)
+            # a max's gradient compares its input with the max: both must come from one computation
+            # (a stored max against a recomputed input can differ in the last bit and match nothing)
+            if value is None or node.op not in _USES_OUTPUT or node.arg is not None and node.arg[0] is Ops.MAX: return src_grads
+            return tuple(g if g is None else g.substitute({node: value}) for g in src_grads)
     raise NotImplementedError(f"no derivative rule for {node.op}")

@@ -86,7 +86,7 @@ class _TrainMode:
 
 class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     """A lazy multi-dimensional array with autograd. See the module docstring for an example."""
-    __slots__ = ("uop", "requires_grad", "grad", "_ctx", "__weakref__")
+    __slots__ = ("uop", "requires_grad", "grad", "_ctx", "_backward_done", "__weakref__")
     no_grad: bool = False
     _seed: int = 0
     _rng_counters: dict[str, "Tensor"] = {}
@@ -94,7 +94,9 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     def __init__(self, data: Any = None, device: str | tuple | None = None, dtype: DType | str | None = None,
                  requires_grad: bool | None = None):
         dtype = to_dtype(dtype) if dtype is not None else None
-        device = Device.canonicalize(device) if isinstance(device, str) or device is None else tuple(Device.canonicalize(d) for d in device)
+        device = _canonical_device(device)
+        devices = None
+        if isinstance(device, tuple): devices, device = device, device[0]   # built on the first device, then replicated
         if isinstance(data, UOp):
             uop = data
         elif data is None:
@@ -121,6 +123,9 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         else:
             raise TypeError(f"can't make a Tensor from {type(data).__name__}: {data!r:.60}")
         if dtype is not None and uop.dtype != dtype: uop = uop.cast(dtype)
+        if devices is not None and uop.device != devices:
+            from fusegrad.schedule.multi import shard_uop
+            uop = shard_uop(uop, devices, None)
         self.uop: UOp = uop
         self.requires_grad: bool | None = requires_grad
         self.grad: Tensor | None = None
@@ -162,28 +167,30 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     def schedule(self, *others: "Tensor") -> list[ScheduleItem]:
         """The kernels that would compute this tensor (and ``others``); calling it performs the
         scheduling, so the tensors then refer to the scheduled buffers."""
+        return self._schedule(*others)[0]
+
+    def _schedule(self, *others: "Tensor") -> tuple[list[ScheduleItem], list[UOp]]:
+        """schedule(), also returning the graphs kept for autograd (see _apply_becomes)."""
         tensors = [self, *others]
         pending = [t for t in tensors if not t._is_realized()]
-        if not pending: return []
+        if not pending: return [], []
         roots = list(dict.fromkeys(t.uop for t in pending))
         items, becomes = create_schedule(roots)
-        _apply_becomes(becomes)
-        return items
+        return items, _apply_becomes(becomes)
 
     def realize(self, *others: "Tensor", do_update_stats: bool = True) -> "Tensor":
-        """Compute this tensor (and ``others``) now: ``Tensor.realize(a, b)`` or ``a.realize()``."""
-        items = self.schedule(*others)
+        """Compute this tensor (and ``others``) now: ``Tensor.realize(a, b)`` or ``a.realize()``.
+        Gradients still flow through realized tensors (see _apply_becomes)."""
+        items, origins = self._schedule(*others)
         if len(items) > 1:
             from fusegrad.engine.memory import plan_memory, referenced_buffers
-            plan_memory([item.buffer_uops for item in items], referenced_buffers(t.uop for t in list(all_tensors)), BUFFERS)
+            # buffers read by live tensors or by graphs kept for autograd must get their own memory
+            keep = referenced_buffers([t.uop for t in list(all_tensors)] + origins)
+            plan_memory([item.buffer_uops for item in items], keep, BUFFERS)
         run_schedule(items, do_update_stats=do_update_stats)
         return self
 
-    def _is_realized(self) -> bool:
-        u = self.uop
-        if u.base.op is Ops.BUFFER and BUFFERS.get(u.base) is not None and BUFFERS[u.base].is_allocated(): return True
-        from fusegrad.schedule.tensor_rules import const_value
-        return const_value(u) is not None and not dtypes.is_weak(u.dtype)
+    def _is_realized(self) -> bool: return _is_realized_uop(self.uop)
 
     def _buffer_view(self) -> tuple[Buffer, bool]:
         """The buffer behind a realized tensor and whether the tensor is exactly its contents."""
@@ -251,16 +258,20 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if x.device != self.device: raise ValueError(f"assign device mismatch: target {self.device}, value {x.device}")
         if x.dtype != self.dtype: x = x.cast(self.dtype)
         if self.uop is x.uop: return self
-        if self.uop.base.op is not Ops.BUFFER:   # an unrealized target gets a buffer first
-            self.uop = self.contiguous().realize().uop
+        if self.uop.base.op is not Ops.BUFFER and not (self.uop.op is Ops.MULTI and self._is_realized() and
+                                                       all(_is_plain(s) for s in self.uop.src)):   # an unrealized target gets a buffer first
+            # detached: the old value is overwritten, so its graph is kept for no gradient (see _apply_becomes)
+            self.uop = self.detach().contiguous().realize().uop
         self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))
         return self
 
     def to(self, device: str | tuple | None) -> "Tensor":
         """The tensor on another device (a copy), keeping dtype and requires_grad."""
-        device = Device.canonicalize(device) if not isinstance(device, tuple) else device
+        device = _canonical_device(device)
         if device == self.device: return self
         if isinstance(device, tuple): return self.shard(device)
+        if isinstance(self.device, tuple):   # gather every shard onto one device
+            return Tensor(UOp(Ops.COPY, self.dtype, (self.uop,), device), requires_grad=self.requires_grad)
         source = self.uop
         if source.base.op is Ops.CONST and not isinstance(self.device, tuple):
             from fusegrad.schedule.tensor_rules import const_value
@@ -272,11 +283,35 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         copied = Tensor(UOp(Ops.COPY, self.dtype, (self.contiguous().uop if not _is_plain(source) else source,), device),
                         requires_grad=self.requires_grad)
         return copied
-    def to_(self, device: str) -> "Tensor":
+    def to_(self, device: str | tuple) -> "Tensor":
         self.uop = self.to(device).uop
         return self
-    def shard(self, devices: tuple, axis: int | None = None) -> "Tensor":
-        raise NotImplementedError("multi-device tensors (shard) are not implemented yet")
+    def shard(self, devices: tuple | list, axis: int | None = None) -> "Tensor":
+        """This tensor split over ``devices`` along ``axis`` (each device holds an equal slice), or
+        copied whole onto each of them (``axis=None``). The result's ``.device`` is the device tuple;
+        ops on it run on every device at once, a reduce over the split axis is an allreduce, and
+        ``.numpy()`` / ``.to(device)`` gather it. See fusegrad/schedule/multi.py.
+
+        >>> t = Tensor([[1, 2], [3, 4]]).shard(("CPU:1", "CPU:2"), axis=0)
+        >>> t.device, (t * 10).sum(1).tolist()
+        (('CPU:1', 'CPU:2'), [30, 70])
+        """
+        from fusegrad.schedule.multi import shard_uop
+        if isinstance(devices, str) or not isinstance(devices, (tuple, list)):
+            raise TypeError(f"shard needs a tuple of device names, got {devices!r}")
+        if len(devices) == 0: raise ValueError("shard needs at least one device, got an empty tuple")
+        devices = tuple(Device.canonicalize(d) for d in devices)
+        if axis is not None:
+            if self.ndim == 0: raise ValueError(f"can't split a 0-d tensor along axis {axis}; use axis=None to replicate it")
+            axis = self._resolve_dim(axis)
+            if not isinstance(self.shape[axis], int) or self.shape[axis] % len(devices) != 0:
+                raise ValueError(f"can't shard shape {self.shape} along axis {axis} over {len(devices)} devices {devices}: "
+                                 f"size {self.shape[axis]} is not divisible by {len(devices)}")
+        return Tensor(shard_uop(self.uop, devices, axis), requires_grad=self.requires_grad)
+    def shard_(self, devices: tuple | list, axis: int | None = None) -> "Tensor":
+        """Shard in place: this tensor now refers to the sharded value."""
+        self.uop = self.shard(devices, axis).uop
+        return self
 
     # ---------------------------------------------------------------- autograd
     @staticmethod
@@ -295,7 +330,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     def gradient(self, *targets: "Tensor", gradient: "Tensor | None" = None, materialize_grads: bool = False) -> list["Tensor"]:
         """Gradients of this (scalar) tensor with respect to ``targets``, without touching ``.grad``:
         ``dx, = loss.gradient(x)``."""
-        from fusegrad.gradient import compute_gradient
+        from fusegrad.gradient import compute_gradient, differentiation_order
         if gradient is None and self.numel() != 1:
             raise RuntimeError(f"gradient needs a scalar tensor or an explicit gradient; this one has shape {self.shape}")
         for t in targets:
@@ -310,10 +345,10 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             g = grads.get(t.uop)
             if g is None:
                 # in the graph but every path to it has zero derivative (floor, comparisons): zeros
-                if not materialize_grads and t.uop not in self.uop.toposort:
+                if not materialize_grads and t.uop not in differentiation_order(self.uop)[0]:
                     raise RuntimeError(f"tensor of shape {t.shape} is not in the graph of this tensor")
                 g = UOp.const(t.dtype, 0, t.device, t.shape)
-            results.append(Tensor(g, requires_grad=False))
+            results.append(Tensor(_like_sharding(g, t.uop), requires_grad=False))
         return results
 
     def backward(self, gradient: "Tensor | None" = None) -> "Tensor":
@@ -321,16 +356,20 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         doesn't opt out with ``requires_grad=False``."""
         if gradient is None and self.numel() != 1:
             raise RuntimeError(f"backward needs a scalar tensor or an explicit gradient; this one has shape {self.shape}")
-        in_graph = self.uop.toposort
+        from fusegrad.gradient import compute_gradient, differentiation_order
+        in_graph, _ = differentiation_order(self.uop)   # realized tensors included, through their origins
         targets = [t for t in list(all_tensors) if t.requires_grad is not False and t.uop in in_graph and t is not self
                    and dtypes.is_float(t.dtype)]
         if not targets: return self
-        from fusegrad.gradient import compute_gradient
         seed = gradient.uop if gradient is not None else UOp.const(self.dtype, 1.0, self.device, self.shape)
         grads = compute_gradient(self.uop, seed, {t.uop for t in targets})
+        # like PyTorch freeing the graph after backward: the tensors computed in it (not the leaves)
+        # keep no origin when realized later, so a training step's activations aren't pinned for a
+        # second backward (and the memory planner can reuse them)
+        for t in [self] + [t for t in targets if t.uop.base.op is not Ops.BUFFER]: t._backward_done = True
         for t in targets:
             if (g := grads.get(t.uop)) is None: continue
-            new = Tensor(g, requires_grad=False)
+            new = Tensor(_like_sharding(g, t.uop), requires_grad=False)
             t.grad = new if t.grad is None else t.grad + new
         return self
 
@@ -357,7 +396,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """``Tensor.full((2, 2), 7)`` is a 2×2 tensor of sevens (a constant: no memory until needed)."""
         shape = Tensor._shape_arg(shape if isinstance(shape, (tuple, list)) else (shape,))
         dtype = to_dtype(dtype) if dtype is not None else dtypes.concrete(dtypes.from_py(fill_value)) if not isinstance(fill_value, Tensor) else fill_value.dtype
-        return Tensor(UOp.const(dtype, fill_value, Device.canonicalize(device), shape), **kwargs)
+        return Tensor(UOp.const(dtype, fill_value, _canonical_device(device), shape), **kwargs)
     @staticmethod
     def zeros(*shape, **kwargs) -> "Tensor":
         """``Tensor.zeros(2, 3)``"""
@@ -379,7 +418,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         dtype = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else \
             dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.default_int
         count = max(0, math.ceil((stop - start) / step))
-        device = Device.canonicalize(kwargs.pop("device", None))
+        device = _canonical_device(kwargs.pop("device", None))
         if count == 0: return Tensor(UOp.const(dtype, 0, device, (0,)), **kwargs)
         index = UOp(Ops.ARANGE, dtypes.int32, (UOp(Ops.DEVICE, arg=device),), count)
         values = Tensor(index).cast(dtype) * Tensor(UOp.const(dtype, step, device, ())) + Tensor(UOp.const(dtype, start, device, ()))
@@ -455,7 +494,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """Uniform samples in [0, 1): ``Tensor.rand(2, 3)``."""
         shape = Tensor._shape_arg(shape)
         dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
-        device = Device.canonicalize(device)
+        device = _canonical_device(device)
         if not dtypes.is_float(dtype): raise TypeError(f"rand needs a float dtype, got {dtype}")
         count = prod(shape)
         if count == 0: return Tensor.zeros(*shape, device=device, dtype=dtype, **kwargs)
@@ -519,8 +558,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if any(f is True for f in flags): return True
         return None if any(f is None for f in flags) else False
     def _const(self, value: Any, dtype: DType | None = None, shape: tuple | None = None) -> "Tensor":
-        return Tensor(UOp.const(dtype or self.dtype, value, self.device if not isinstance(self.device, tuple) else self.device[0],
-                                self.shape if shape is None else shape), requires_grad=False)
+        return Tensor(UOp.const(dtype or self.dtype, value, self.device, self.shape if shape is None else shape), requires_grad=False)
     def _to_tensor(self, x: Any, dtype: DType | None = None) -> "Tensor":
         if isinstance(x, Tensor): return x
         if isinstance(x, UOp):   # a symbolic value (bound variables) used as a number
@@ -531,7 +569,12 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         x: Tensor = self
         if not isinstance(y, Tensor):
             y = x._to_tensor(y)
-        if x.device != y.device: raise ValueError(f"tensors are on different devices: {x.device} and {y.device}")
+        if x.device != y.device:
+            if isinstance(x.device, tuple) == isinstance(y.device, tuple):
+                raise ValueError(f"tensors are on different devices: {x.device} and {y.device}")
+            # a single-device operand of a multi-device op is copied to every device (each takes the part it needs)
+            if isinstance(x.device, tuple): y = y.to(x.device)
+            else: x = x.to(y.device)
         if match_dtype:
             out_dtype = least_upper_dtype(x.dtype, y.dtype)
             x, y = x.cast(out_dtype), y.cast(out_dtype)
@@ -1165,6 +1208,26 @@ def _bound_value(size: UOp) -> int:
     binds = {x.src[0]: x.src[1].arg for x in size.toposort if x.op is Ops.BIND}
     return sym_infer(size.substitute({b: b.src[0] for b in size.toposort if b.op is Ops.BIND}), binds)
 
+def _is_realized_uop(u: UOp) -> bool:
+    """A view of an allocated buffer or a constant (a multi-device tensor: every shard is)."""
+    if u.op is Ops.MULTI: return all(not isinstance(s.device, tuple) and _is_realized_uop(s) for s in u.src)
+    if u.base.op is Ops.BUFFER and BUFFERS.get(u.base) is not None and BUFFERS[u.base].is_allocated(): return True
+    from fusegrad.schedule.tensor_rules import const_value
+    return const_value(u) is not None and not dtypes.is_weak(u.dtype)
+
+def _like_sharding(grad: UOp, target: UOp) -> UOp:
+    """A multi-device target's gradient split the same way as the target."""
+    if not isinstance(target.device, tuple): return grad
+    from fusegrad.schedule.multi import match_sharding
+    return match_sharding(grad, target)
+
+def _canonical_device(device: str | tuple | list | None) -> str | tuple[str, ...]:
+    """A canonical device name, or a tuple of them for a multi-device tensor."""
+    if isinstance(device, (tuple, list)):
+        if len(device) == 0: raise ValueError("a device tuple needs at least one device")
+        return tuple(Device.canonicalize(d) for d in device)
+    return Device.canonicalize(device)
+
 def _is_plain(u: UOp) -> bool:
     return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
 
@@ -1184,11 +1247,26 @@ def _threefry2x32(x0: Tensor, x1: Tensor, key0: int, key1: int) -> tuple[Tensor,
         x1 = x1 + (keys[(block + 2) % 3] + block + 1) % 2**32
     return x0, x1
 
-def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
-    """After scheduling, point every live tensor at the buffers (or constants) its graph became."""
-    if not becomes: return
-    for t in list(all_tensors):
+def _apply_becomes(becomes: dict[UOp, UOp]) -> list[UOp]:
+    """After scheduling, point every live tensor at the buffers (or constants) its graph became.
+
+    A tensor's graph is swapped for a buffer, but autograd must still see how the value was
+    computed: for buffers whose graph depends on a tensor with requires_grad=True, the graph is
+    recorded as the buffer's origin (gradient.record_origins), which backward() follows. Nothing is
+    recorded when no tensor requires grad or under ``Tensor.no_grad``, so inference keeps no graphs.
+    Returns the recorded origins."""
+    if not becomes: return []
+    tensors = list(all_tensors)
+    old_uops = [t.uop for t in tensors]
+    for t in tensors:
         u = t.uop
         if u in becomes: t.uop = becomes[u]
         elif u.op not in (Ops.BUFFER, Ops.CONST) and u.base.op is not Ops.BUFFER and any(x in becomes for x in u.toposort):
             t.uop = u.substitute(becomes)
+    if Tensor.no_grad: return []
+    grad_leaves = {u for t, u in zip(tensors, old_uops) if t.requires_grad is True}
+    if not grad_leaves: return []
+    changed = [(t, u) for t, u in zip(tensors, old_uops)
+               if t.uop is not u and t.requires_grad is not False and not getattr(t, "_backward_done", False)]
+    from fusegrad.gradient import record_origins
+    return record_origins(becomes, [u for _, u in changed], grad_leaves, [t.uop for t, _ in changed])

@@ -230,3 +230,13 @@ def test_bitcast_known_values(device):
     assert Tensor([1.0], device=device).bitcast(dtypes.uint32).item() == 0x3F800000
     assert Tensor([0x40490FDB], device=device, dtype=dtypes.uint32).bitcast(dtypes.float32).item() == struct.unpack("f", struct.pack("I", 0x40490FDB))[0]
     assert Tensor([-1], device=device, dtype=dtypes.int8).bitcast(dtypes.uint8).item() == 255
+
+def test_dtypes_unpickle_in_another_process():
+    # string hashes differ between processes: an unpickled dtype must still equal (and hash like) the live one
+    import pickle, subprocess, sys
+    payload = pickle.dumps([dtypes.float32, dtypes.float32.ptr(16), dtypes.float32.vec(4), dtypes.bfloat16])
+    code = ("import pickle, sys; from fusegrad.dtype import dtypes; got = pickle.loads(sys.stdin.buffer.read()); "
+            "want = [dtypes.float32, dtypes.float32.ptr(16), dtypes.float32.vec(4), dtypes.bfloat16]; "
+            "assert got == want and [hash(g) for g in got] == [hash(w) for w in want] and got[0] in {dtypes.float32: 1}, got")
+    result = subprocess.run([sys.executable, "-c", code], input=payload, capture_output=True, env={**__import__('os').environ, "PYTHONHASHSEED": "123"})
+    assert result.returncode == 0, result.stderr.decode()

@@ -1,7 +1,7 @@
 """Codegen: from a kernel AST (a SINK of STOREs over RANGEs) to a rendered ``ProgramSpec``.
 
-    simplify index math → optimize (codegen/opt) → launch dims → bfloat16 emulation
-    → reduces to accumulators → index dtype → linearize → render
+    simplify index math → optimize (codegen/opt) → bfloat16 emulation → transcendentals
+    → grouped reduces to local memory → launch dims → reduces to accumulators → index dtype → linearize → render
 """
 from __future__ import annotations
 from fusegrad.dtype import dtypes
@@ -9,7 +9,7 @@ from fusegrad.helpers import prod, DEBUG, NOOPT, TRANSCENDENTAL
 from fusegrad.uop.ops import UOp, Ops, GroupOp, AxisType, graph_rewrite
 from fusegrad.uop.symbolic import symbolic
 from fusegrad.renderer import Renderer, ProgramSpec
-from fusegrad.codegen.lowering import lower_reduces, to_launch_dims, narrow_index_dtype, emulate_bfloat16
+from fusegrad.codegen.lowering import lower_reduces, lower_group_reduces, to_launch_dims, narrow_index_dtype, emulate_bfloat16
 from fusegrad.codegen.linearize import linearize
 from fusegrad.codegen.transcendental import decompose_transcendentals
 
@@ -58,12 +58,14 @@ def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Progr
     applied: tuple = ()
     from fusegrad.codegen.opt import optimize_kernel
     ast, applied = optimize_kernel(ast, renderer, opts)
-    if renderer.has_local: ast, global_size, local_size = to_launch_dims(ast)
-    else: global_size, local_size = [1, 1, 1], None
     ast = emulate_bfloat16(ast)
     # exp2/log2/sin as polynomial code, so loops vectorize (libm calls are scalar)
     if TRANSCENDENTAL >= 2 or (TRANSCENDENTAL >= 1 and not renderer.native_transcendentals):
         ast = decompose_transcendentals(ast)
+    # after bfloat16 emulation, so the local buffers of grouped reduces hold float32
+    ast = lower_group_reduces(ast)
+    if renderer.has_local: ast, global_size, local_size = to_launch_dims(ast)
+    else: global_size, local_size = [1, 1, 1], None
     ast = lower_reduces(ast)
     ast = graph_rewrite(ast, symbolic)
     ast = narrow_index_dtype(ast)

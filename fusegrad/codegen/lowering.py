@@ -4,11 +4,15 @@ Each pass is a rule set or a small function over UOps:
 
 - ``lower_reduces``: a REDUCE becomes an accumulator register: an init store before its loops,
   an update store inside them, and a load after them (through an END that closes the loops).
-- ``to_launch_dims``: on GPU-style renderers the GLOBAL ranges become SPECIAL launch indices.
+- ``lower_group_reduces``: a grouped reduce (GROUP/GROUPTOP) becomes per-thread partials in local
+  memory, a BARRIER, and a second reduce over them.
+- ``to_launch_dims``: on GPU-style renderers the GLOBAL ranges become SPECIAL group indices, the
+  LOCAL and GROUP_REDUCE ranges local indices.
 - ``narrow_index_dtype``: index math runs in int32 when every bound fits, else int64.
 - ``emulate_bfloat16``: bfloat16 values compute in float32; loads and stores convert the bits.
 """
 from __future__ import annotations
+import functools
 from fusegrad.dtype import dtypes, DType
 from fusegrad.helpers import prod
 from fusegrad.uop.ops import UOp, Ops, GroupOp, AxisType, UPat, PatternMatcher, graph_rewrite
@@ -71,29 +75,106 @@ def lower_reduces(sink: UOp) -> UOp:
         mapping[red] = UOp(Ops.LOAD, red.dtype, (acc.index(slot_index(upcasts)), end))
     return sink.substitute(mapping)
 
+# ---------------------------------------------------------------- grouped reduces
+
+def lower_group_reduces(sink: UOp) -> UOp:
+    """Lower every REDUCE over GROUP_REDUCE ranges (from GROUP/GROUPTOP) to a two-stage reduce.
+
+    Each thread of the workgroup reduces its part (the REDUCE over the remaining ranges) and
+    stores the partial result to a DEFINE_LOCAL at its slot (LOCAL ranges, the group ranges and
+    the UPCAST ranges the partial depends on; see ``grouped_partial_slots``). A BARRIER follows;
+    then every thread reduces the partials again over new REDUCE ranges as big as the group ranges
+    (every thread gets the same result, so code after the reduce stays uniform), and only
+    the threads with all group indices 0 store to global memory.
+
+    The partial's upcast elements are written in a loop over fresh copies of the UPCAST ranges
+    that the END closes before the BARRIER, so the barrier is outside every loop; the final
+    reduce then reads them back with the original UPCAST ranges."""
+    from fusegrad.codegen.opt import free_ranges, grouped_partial_slots
+    grouped = [x for x in sink.toposort if x.op is Ops.REDUCE and any(r.arg[1] is AxisType.GROUP_REDUCE for r in x.src[1:])]
+    if not grouped: return sink
+    all_groups = sorted({r for red in grouped for r in red.src[1:] if r.arg[1] is AxisType.GROUP_REDUCE}, key=lambda r: r.arg[0])
+    next_id = 1 + max(x.arg[0] for x in sink.toposort if x.op is Ops.RANGE)
+    def new_range(size: UOp, parents: tuple, kind: AxisType) -> UOp:
+        nonlocal next_id
+        next_id += 1
+        return UOp(Ops.RANGE, dtypes.index, (size,) + parents, (next_id - 1, kind))
+    def slot(ranges: list[UOp]) -> UOp:
+        index, stride = UOp.const(dtypes.index, 0), 1
+        for r in reversed(ranges):
+            index = index + r * stride
+            stride *= r.src[0].arg
+        return index
+    mapping: dict[UOp, UOp] = {}
+    for number, red in enumerate(grouped):   # toposort order: a reduce inside another's value first
+        red = red.substitute(mapping) if mapping else red
+        value, ranges = red.src[0], red.src[1:]
+        groups = [r for r in ranges if r.arg[1] is AxisType.GROUP_REDUCE]
+        rest = tuple(r for r in ranges if r.arg[1] is not AxisType.GROUP_REDUCE)
+        partial = UOp(Ops.REDUCE, red.dtype, (value,) + rest, red.arg) if rest else value
+        slots = grouped_partial_slots(sink, red)
+        upcasts = [r for r in slots if r.arg[1] is AxisType.UPCAST]
+        enclosing = tuple(sorted([r for r in free_ranges(red) if r.arg[1] is not AxisType.UPCAST], key=lambda r: r.arg[0]))
+        buffer = UOp(Ops.DEFINE_LOCAL, red.dtype.ptr(prod(r.src[0].arg for r in slots), local=True), (), f"temp{number}")
+        copies: list[UOp] = []
+        for u in upcasts: copies.append(new_range(u.src[0], enclosing + tuple(copies), AxisType.UPCAST))
+        stored = partial.substitute(dict(zip(upcasts, copies))) if copies else partial
+        store = buffer.index(slot([dict(zip(upcasts, copies)).get(r, r) for r in slots])).store(stored)
+        # the buffer is a source so that each barrier stays its own uop once linearize drops the END
+        barrier = UOp(Ops.BARRIER, dtypes.void, (buffer, UOp(Ops.END, dtypes.void, (store,) + tuple(copies)) if copies else store))
+        finals: list[UOp] = []
+        for g in groups: finals.append(new_range(g.src[0], enclosing + tuple(finals), AxisType.REDUCE))
+        read = buffer.index(slot([dict(zip(groups, finals)).get(r, r) for r in slots])).load(barrier)
+        mapping[grouped[number]] = UOp(Ops.REDUCE, red.dtype, (read,) + tuple(finals), red.arg)
+    sink = sink.substitute(mapping)
+    # every thread of a group computed the same outputs: the first one stores them
+    first = functools.reduce(lambda a, b: a.alu(Ops.AND, b), [g.eq(0) for g in all_groups])
+    def gate(st: UOp) -> UOp:
+        index = st.src[0]
+        if st.op is not Ops.STORE or index.op is not Ops.INDEX: return st
+        new_gate = first if len(index.src) < 3 else first.alu(Ops.AND, index.src[2])
+        return st.replace(src=(index.replace(src=(index.src[0], index.src[1], new_gate)),) + st.src[1:])
+    return sink.replace(src=tuple(gate(st) for st in sink.src))
+
 # ---------------------------------------------------------------- launch dimensions
 
-def to_launch_dims(sink: UOp, max_dims: int = 3) -> tuple[UOp, list, list]:
-    """Replace GLOBAL ranges by SPECIAL indices. More than ``max_dims`` ranges are folded into the
-    first launch dimension. Returns the new sink, global size and local size (x, y, z order)."""
-    globals_ = sorted([x for x in sink.toposort if x.op is Ops.RANGE and x.arg[1] is AxisType.GLOBAL], key=lambda r: r.arg[0])
-    if not globals_: return sink, [1, 1, 1], [1, 1, 1]
-    # innermost range is launch dim 0 (x), like tinygrad's C-style backends
-    groups: list[list[UOp]] = [[r] for r in globals_[-max_dims:]]
-    groups[0] = globals_[:len(globals_) - max_dims + 1] if len(globals_) > max_dims else groups[0]
+def launch_groups(ranges: list[UOp], max_dims: int = 3) -> list[list[UOp]]:
+    """Assign ranges (outermost first) to launch dimensions, x first: the innermost range is
+    dim 0; with more than ``max_dims`` ranges the outermost ones share the last dim."""
+    if not ranges: return []
+    groups: list[list[UOp]] = [[r] for r in ranges[-max_dims:]]
+    if len(ranges) > max_dims: groups[0] = ranges[:len(ranges) - max_dims + 1]
+    return list(reversed(groups))
+
+def _specials(groups: list[list[UOp]], prefix: str) -> tuple[dict[UOp, UOp], list]:
+    """SPECIAL launch indices ``prefix0..2`` for the launch groups; a folded group is split back
+    with div/mod. Returns (range -> index expression, sizes padded to 3 dims)."""
     mapping: dict[UOp, UOp] = {}
-    global_size = []
-    for dim, group in enumerate(reversed(groups)):
+    sizes: list = []
+    for dim, group in enumerate(groups):
         size = prod([r.src[0] if r.src[0].op is not Ops.CONST else r.src[0].arg for r in group])
-        special = UOp(Ops.SPECIAL, dtypes.index, (size if isinstance(size, UOp) else UOp.const(dtypes.index, size),), f"gidx{dim}")
-        global_size.append(size if not isinstance(size, UOp) or size.op is not Ops.CONST else size.arg)
+        special = UOp(Ops.SPECIAL, dtypes.index, (size if isinstance(size, UOp) else UOp.const(dtypes.index, size),), f"{prefix}{dim}")
+        sizes.append(size if not isinstance(size, UOp) or size.op is not Ops.CONST else size.arg)
         stride = 1
         for r in reversed(group):
             bound = r.src[0]
             mapping[r] = (special // stride) % bound if len(group) > 1 else special
             stride = stride * (bound.arg if bound.op is Ops.CONST else bound)
-    global_size += [1] * (3 - len(global_size))
-    return _replace_ranges(sink, mapping), global_size, [1, 1, 1]
+    return mapping, sizes + [1] * (3 - len(sizes))
+
+def to_launch_dims(sink: UOp, max_dims: int = 3) -> tuple[UOp, list, list | None]:
+    """Replace GLOBAL ranges by group indices ``gidx`` and LOCAL / GROUP_REDUCE ranges by local
+    indices ``lidx`` (innermost range is dim 0, x, like tinygrad's C-style backends; more than
+    ``max_dims`` ranges fold into the outermost dim). Returns the new sink, the global size (in
+    workgroups) and the local size, x, y, z order. A NOLOCALS kernel uses global thread indices
+    ``idx`` and has no local size (None: the runtime picks one)."""
+    from fusegrad.codegen.opt import kernel_info, local_axes
+    nolocals = kernel_info(sink).dont_use_locals
+    globals_ = sorted([x for x in sink.toposort if x.op is Ops.RANGE and x.arg[1] is AxisType.GLOBAL], key=lambda r: r.arg[0])
+    global_map, global_size = _specials(launch_groups(globals_, max_dims), "idx" if nolocals else "gidx")
+    local_map, local_size = _specials(launch_groups(local_axes(sink), max_dims), "lidx")
+    mapping = {**global_map, **local_map}
+    return (_replace_ranges(sink, mapping) if mapping else sink), global_size, (None if nolocals else local_size)
 
 def _replace_ranges(sink: UOp, mapping: dict[UOp, UOp]) -> UOp:
     """Substitute ranges; other RANGEs drop replaced ranges from their parent sources."""

@@ -35,6 +35,7 @@ class InputSignature:
     shape: tuple
     dtype: Any
     device: Any
+    shard_axis: Any = None      # for a multi-device input: the axis it is split along (its shards' shapes depend on it)
 
 def _collect_inputs(args: tuple, kwargs: dict) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
     """Split the call's arguments into (name, Tensor or bound Variable) inputs and (name, value)
@@ -123,7 +124,8 @@ class TinyJit(Generic[ReturnType]):
             _realize_outputs(result)
         finally:
             capturing.remove(recorded.append)
-        input_buffers = [buffer_of(t.uop.base) if isinstance(t, Tensor) else None for _, t in inputs]
+        # one entry per buffer: a multi-device input contributes one per shard
+        input_buffers = [b for _, t in inputs for b in (_buffers_of(t) if isinstance(t, Tensor) else [None])]
         input_slots: dict[int, list[tuple[int, int]]] = {}
         for item_index, item in enumerate(recorded):
             item.bufs = list(item.bufs)
@@ -159,18 +161,31 @@ class TinyJit(Generic[ReturnType]):
         for _, t in inputs:
             if isinstance(t, Tensor):
                 if not _is_plain_buffer(t): t.uop = t.contiguous().realize().uop
-                buffers.append(buffer_of(t.uop.base).ensure_allocated())
+                buffers.extend(b.ensure_allocated() for b in _buffers_of(t))
             else: buffers.append(None)
         captured.replay(buffers, var_vals)
         return captured.outputs
 
 def _signature(value: Any) -> InputSignature:
     from fusegrad.tensor import Tensor
-    if isinstance(value, Tensor): return InputSignature(value.shape, value.dtype, value.device)
+    if isinstance(value, Tensor):
+        if isinstance(value.device, tuple):
+            from fusegrad.schedule.multi import multi_axis
+            return InputSignature(value.shape, value.dtype, value.device, multi_axis(value.uop))
+        return InputSignature(value.shape, value.dtype, value.device)
     return InputSignature((), value.dtype, ("variable", value.src[0].arg))
+
+def _buffers_of(t: Any) -> list[Buffer]:
+    """The buffer behind a plain input tensor (one per shard for a multi-device tensor)."""
+    from fusegrad.schedule import buffer_of
+    return [buffer_of(s.base) for s in (t.uop.src if t.uop.op is Ops.MULTI else (t.uop,))]
 
 def _is_plain_buffer(t: Any) -> bool:
     u = t.uop
+    if u.op is Ops.MULTI: return all(_is_plain_uop(s) for s in u.src)
+    return _is_plain_uop(u)
+
+def _is_plain_uop(u: UOp) -> bool:
     from fusegrad.schedule import BUFFERS
     return (u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)) and BUFFERS.get(u.base) is not None \
         and BUFFERS[u.base].is_allocated()

@@ -4,7 +4,7 @@ keep ``GlobalCounters`` and the DEBUG output.
 ``capturing`` holds hooks (the JIT) that see every ExecItem as it runs.
 """
 from __future__ import annotations
-import time
+import dataclasses, time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from fusegrad.device import Device, Buffer
@@ -57,9 +57,20 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     from fusegrad.codegen import get_program
     key = (device, ast, (BEAM.value, NOOPT.value))
     if (runner := method_cache.get(key)) is not None: return runner
-    runner = CompiledRunner(get_program(ast, Device[device].renderer))
+    # instances of one device ("CPU:1", "CPU:2", the shards of a multi-device tensor) share the
+    # compiled program: it is generated and compiled once, and only loaded for each instance
+    shared_key = (_device_base(device), ast, (BEAM.value, NOOPT.value))
+    if (shared := method_cache.get(shared_key)) is not None:
+        runner = CompiledRunner(dataclasses.replace(shared.p, device=device), precompiled=shared.lib)
+    else:
+        runner = method_cache[shared_key] = CompiledRunner(dataclasses.replace(get_program(ast, Device[device].renderer), device=device))
     method_cache[key] = runner
     return runner
+
+def _device_base(device: str) -> str:
+    """The device without its instance number: ``"CPU:2"`` -> ``"CPU"`` (``"CPU:LLVM"`` is a different renderer and stays)."""
+    base, _, instance = device.rpartition(":")
+    return base if base and instance.isdigit() else device
 
 @dataclass
 class ExecItem:

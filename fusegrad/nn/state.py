@@ -252,9 +252,12 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor] | str | os.PathLik
             raise ValueError(f"Shape mismatch in layer `{k}`: Expected shape {v.shape}, but found {src.shape} in state dict.")
         if v.dtype != src.dtype:
             raise ValueError(f"dtype mismatch in layer `{k}`: Expected {v.dtype}, but found {src.dtype} in state dict.")
-        if isinstance(v.device, tuple): raise NotImplementedError(f"load_state_dict into multi-device tensor {k!r} isn't supported yet")
         if is_disk(src.device): src = disk_view(src)   # a plain sub-buffer, so the copy needs no kernel on DISK
-        v.uop = src.to(v.device).uop   # Tensor.replace: the model tensor now holds the loaded value
+        if isinstance(v.device, tuple) and not isinstance(src.device, tuple):
+            # a sharded model tensor: shard the loaded value the same way (through the first device, as DISK runs no kernels)
+            from fusegrad.schedule.multi import multi_axis
+            v.uop = (src.to(v.device[0]) if is_disk(src.device) else src).shard(v.device, multi_axis(v.uop)).uop
+        else: v.uop = src.to(v.device).uop   # Tensor.replace: the model tensor now holds the loaded value (a multi source as it is)
         if realize: v.realize()
         if consume: del state_dict[k]
         ret.append(v)

@@ -18,7 +18,8 @@ class Renderer:
     has_threads: bool = False        # THREAD ranges run on CPU cores
     has_tensor_cores: bool = False
     global_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
-    local_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
+    local_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3   # per local launch dim, x, y, z
+    local_max_threads: int = 1024    # threads in one workgroup (product of the local dims)
     shared_max: int = 32768
     max_vector_bytes: int = 64       # widest vector register (AVX-512)
     native_transcendentals: bool = True   # False: exp2/log2/sin are decomposed into polynomials

@@ -127,6 +127,10 @@ class CStyleLanguage(Renderer):
             elif op is Ops.DEFINE_REG:
                 expr[u] = f"acc{u.arg}"
                 emit(f"{self.render_dtype(u.dtype.base)} {expr[u]}[{u.dtype.size}];")
+            elif op is Ops.DEFINE_LOCAL:
+                # workgroup-shared memory (GPU dialects set smem_prefix: __local, __shared__, threadgroup)
+                expr[u] = u.arg
+                emit(f"{self.smem_prefix}{self.render_dtype(u.dtype.base)} {u.arg}[{u.dtype.size}];")
             elif op is Ops.SPECIAL:
                 expr[u] = u.arg
                 emit(f"{self.render_dtype(u.dtype)} {u.arg} = {self.render_special(u.arg)};")
@@ -166,7 +170,8 @@ class CStyleLanguage(Renderer):
         # buffers in slot order (the runtime passes them that way), then the variables
         return self.render_kernel(name, [p for _, p in sorted(buffer_params)] + params, body)
 
-    barrier = ""
+    barrier = ""          # the workgroup barrier statement of a GPU dialect
+    smem_prefix = ""      # the qualifier of workgroup-shared arrays
 
 def _strip(text: str) -> str:
     """Drop one pair of redundant outer parentheses."""

@@ -4,9 +4,12 @@ It is the executable definition of the uops. ``PythonRenderer`` serializes the `
 ``PythonProgram`` runs it. Every thread of the launch (all workgroups x all local threads) is one
 numpy *lane* and all lanes run in lockstep: each uop's value is an array with one entry per lane
 (or a scalar when it is the same for every lane). RANGE loops are uniform, so they run as a jump in
-the instruction list; IF/ENDIF keep a stack of active-lane masks; BARRIER is a no-op because every
-lane finishes an instruction before any lane starts the next. Accesses are bounds checked: an
-active, ungated access outside the buffer raises ``IndexError``.
+the instruction list; IF/ENDIF keep a stack of active-lane masks; BARRIER needs no waiting because
+every lane finishes an instruction before any lane starts the next. Lockstep would hide a missing
+barrier, so local memory remembers which lane last wrote each element and in which barrier epoch:
+a lane reading an element that another lane wrote since the last BARRIER raises ``RuntimeError``
+(a race on a real GPU). Accesses are bounds checked: an active, ungated access outside the buffer
+raises ``IndexError``.
 
 ALU results match ``fusegrad.uop.alu.exec_alu``: integers wrap in their dtype, IDIV/MOD follow C,
 transcendental ops and MULACC are computed in float64 and rounded once, like ``exec_alu`` does
@@ -251,10 +254,13 @@ def _alu(op: Ops, dt: DType, src_dts: list[DType], xs: list) -> Any:
 class _Mem:
     """A buffer the kernel can index: a global buffer (flat), or per-lane registers / per-group locals
     (2D: one row per lane or group). ``k`` scalars make one element (vector base dtypes)."""
-    __slots__ = ("arr", "rows", "k", "n", "name")
-    def __init__(self, arr: np.ndarray, rows: np.ndarray | None, k: int, name: str):
+    __slots__ = ("arr", "rows", "k", "n", "name", "writer", "epoch")
+    def __init__(self, arr: np.ndarray, rows: np.ndarray | None, k: int, name: str, shared: bool = False):
         self.arr, self.rows, self.k, self.name = arr, rows, k, name
         self.n = arr.shape[-1]  # in scalars
+        # local memory: the lane that last wrote each scalar, and the barrier epoch it wrote in
+        self.writer = np.full(arr.shape, -1, np.int64) if shared else None
+        self.epoch = np.full(arr.shape, -1, np.int64) if shared else None
 
 class _Ref:
     """The value of an INDEX: memory, element index (per lane or uniform) and an optional gate."""
@@ -265,6 +271,7 @@ class _Launch:
     """One chunk of workgroups, run in lockstep."""
     def __init__(self, lanes: int, lsz: int, group_base: int):
         self.lanes, self.lsz, self.group_base = lanes, lsz, group_base
+        self.epoch = 0  # BARRIERs passed
         self.lane_ids = np.arange(lanes, dtype=np.int64)
         self.group_ids = self.lane_ids // lsz  # within the chunk
 
@@ -420,9 +427,10 @@ class PythonProgram:
             elif op is Ops.DEFINE_LOCAL:
                 ptr = dt
                 values[pc] = _Mem(np.zeros((L // ln.lsz, max(ptr.size, 0) * ptr.base.count), npdt[pc]), ln.group_ids,
-                                  ptr.base.count, f"local {arg}")
+                                  ptr.base.count, f"local {arg}", shared=True)
             elif op is Ops.NOOP: values[pc] = values[src[0]] if src else None
-            elif op in (Ops.BARRIER, Ops.SINK): pass
+            elif op is Ops.BARRIER: ln.epoch += 1
+            elif op is Ops.SINK: pass
             else: raise NotImplementedError(f"kernel {self.name}: the PYTHON device does not support {op}")
             for v in self.free_after[pc]: values[v] = None
             pc = nxt
@@ -501,6 +509,7 @@ class PythonProgram:
         tail = (c,) if c > 1 else ()
         m = self._eff_mask(mask, ref.gate)
         if m is False: return np.zeros(tail, npdt) if c > 1 else npdt.type(0)
+        if mem.writer is not None: self._check_race(mem, ref, c, ln, m, pc)
         if m is None and np.ndim(ref.idx) == 0:  # uniform address
             i = int(ref.idx)
             self._check(mem, np.array([i]), c, None, pc)
@@ -515,6 +524,19 @@ class PythonProgram:
         out[lanes] = got
         return out
 
+    def _check_race(self, mem: _Mem, ref: _Ref, c: int, ln: _Launch, m: Any, pc: int) -> None:
+        """A lane reads local memory another lane wrote since the last BARRIER: raise."""
+        if m is False: return
+        lanes, rows, flat = self._addresses(ref, c, ln, m, pc)
+        lane = ln.lane_ids if lanes is None else lanes
+        if c > 1: lane = lane[:, None]
+        bad = (mem.epoch[rows, flat] == ln.epoch) & (mem.writer[rows, flat] != lane)
+        if bad.any():
+            at = np.argwhere(bad)[0]
+            reader, elem = int(np.broadcast_to(lane, bad.shape)[tuple(at)]), int(np.asarray(flat)[tuple(at)])
+            raise RuntimeError(f"kernel {self.name}: race on {mem.name}: lane {reader} reads element {elem} that lane "
+                               f"{int(mem.writer[np.broadcast_to(rows, bad.shape)[tuple(at)], elem])} wrote with no BARRIER in between (uop {pc})")
+
     def _store(self, ref: Any, val: Any, vdt: DType, ln: _Launch, mask: Any, pc: int) -> None:
         if not isinstance(ref, _Ref): raise TypeError(f"kernel {self.name}: STORE at {pc} is not to an INDEX")
         mem, c = ref.mem, vdt.count
@@ -523,6 +545,11 @@ class PythonProgram:
         val = np.asarray(val)
         if val.dtype != mem.arr.dtype: val = val.astype(mem.arr.dtype)
         per_lane = val.ndim > (1 if c > 1 else 0)
+        if mem.writer is not None:  # remember who wrote, for the race check of later loads
+            lanes, rows, flat = self._addresses(ref, c, ln, m, pc)
+            lane = ln.lane_ids if lanes is None else lanes
+            mem.writer[rows, flat] = lane[:, None] if c > 1 else lane
+            mem.epoch[rows, flat] = ln.epoch
         if m is None and np.ndim(ref.idx) == 0:  # uniform address
             i = int(ref.idx)
             self._check(mem, np.array([i]), c, None, pc)

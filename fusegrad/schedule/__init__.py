@@ -91,13 +91,15 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
     # a computed value read through several different views (x and x.flip(0), x and x.shrink(...))
     # would be recomputed once per view, and chains of such reads (sort networks, scans, their
     # gradients) grow exponentially: store it once instead
+    # (one pass in dependency order: a node's sources are decided before it, so has_reduce and
+    # alu_work only count work that would really be recomputed with it)
     alu_work: dict[UOp, int] = {}
     for node in order:
-        inherited = sum(alu_work[s] for s in node.src if s not in realize and s.op not in boundaries)
-        alu_work[node] = min(1 << 20, inherited + (node.op in GroupOp.ALU))
-    for node in order:
+        recomputed = [s for s in node.src if s not in realize and s.op not in boundaries]
+        has_reduce[node] = node.op is Ops.REDUCE_AXIS or any(has_reduce[s] for s in recomputed)
+        alu_work[node] = min(1 << 20, sum(alu_work[s] for s in recomputed) + (node.op in GroupOp.ALU))
         if node.op in GroupOp.Movement or node.op in boundaries or node in realize: continue
-        if node.op is not Ops.REDUCE_AXIS and alu_work[node] <= 2: continue
+        if not has_reduce[node] and alu_work[node] <= 2: continue
         views, users, stack = set(), set(), [(c, ()) for c in set(consumers.get(node, []))]
         while stack and (len(views) < 2 or len(users) < 2):
             consumer, chain = stack.pop()
@@ -106,9 +108,27 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
             else:
                 views.add(chain)
                 users.add(consumer)
-        # a reduce used by several ops (even through one reshape) would be recomputed per use
-        if (len(views) >= 2 and any(views)) or (node.op is Ops.REDUCE_AXIS and len(users) >= 2): realize.add(node)
+        # a reduce, or a value computed from one (conv + bias + relu), used by several ops would be
+        # recomputed per use. Storing it once is faster, and it also makes every user see the same
+        # bits: a max-pool gradient compares the input with the pooled max, and two recomputations
+        # with a different summation order (register tiles, FMA contraction) need not be equal
+        if (len(views) >= 2 and any(views)) or (has_reduce[node] and len(_fused_users(node, consumers, realize)) >= 2):
+            realize.add(node)
     return [node for node in order if node in realize]
+
+def _fused_users(node: UOp, consumers: dict[UOp, list[UOp]], realize: set[UOp]) -> set[UOp]:
+    """Where ``node``'s value leaves elementwise code: the reduces and stored values reached through
+    elementwise and movement consumers. Elementwise users (relu's compare and select) share one
+    computation inside a kernel; each distinct exit recomputes ``node`` in its own loops."""
+    exits, stack, seen = set(), list(set(consumers.get(node, []))), set()
+    while stack:
+        consumer = stack.pop()
+        if consumer in seen: continue
+        seen.add(consumer)
+        if (consumer.op in GroupOp.Elementwise or consumer.op in GroupOp.Movement) and consumer not in realize and consumers.get(consumer):
+            stack.extend(set(consumers[consumer]))
+        else: exits.add(consumer)
+    return exits
 
 # ---------------------------------------------------------------- kernels
 
@@ -258,6 +278,9 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
 
     Graphs with the same structure (differing only in the buffers they read) reuse a cached
     schedule: this is what makes repeating the same computation on new data cheap."""
+    from fusegrad.schedule.multi import has_multi, schedule_multi
+    # multi-device tensors first become one single-device graph per shard (schedule/multi.py)
+    if has_multi(roots): return schedule_multi(roots, create_schedule)
     key, order = _structure_key(roots)
     if (template := SCHEDULE_CACHE.get(key)) is not None: return _from_template(template, order)
     # lowering a kernel recurses along the graph: make room for long lazy chains

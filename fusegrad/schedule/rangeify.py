@@ -87,7 +87,11 @@ class KernelBuilder:
         """For a movement op, map output indices to source indices.
         Returns (source indices, new validity, the pad gate that must wrap the value or None)."""
         src_shape = node.src[0].shape
-        if node.op is Ops.RESHAPE: return unflatten_index(flat_index(idxs, node.shape), src_shape), valid, None
+        if node.op is Ops.RESHAPE:
+            # simplified, so the same element reached through different reshapes (a conv's output and
+            # its bias-added view in one multi-output kernel) has the same indices: one memo entry, and
+            # one reduce loop instead of two
+            return tuple(i.simplify() for i in unflatten_index(flat_index(idxs, node.shape), src_shape)), valid, None
         if node.op is Ops.PERMUTE:
             src_idxs: list[UOp] = [None] * len(idxs)  # type: ignore[list-item]
             for out_axis, src_axis in enumerate(node.arg): src_idxs[src_axis] = idxs[out_axis]

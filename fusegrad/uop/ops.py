@@ -149,6 +149,8 @@ class UOp(metaclass=UOpMetaClass):
         if self.op is Ops.DEVICE: return self.arg
         if self.op is Ops.BUFFER: return self.arg[1]
         if self.op is Ops.COPY: return self.arg
+        if self.op is Ops.MULTI:   # the device tuple: one device per shard (one source on a tuple: a reshard of it)
+            return self.src[0].device if len(self.src) == 1 and isinstance(self.src[0].device, tuple) else tuple(s.device for s in self.src)
         for s in self.src:
             if (d := s.device) is not None: return d
         return None
@@ -176,7 +178,7 @@ class UOp(metaclass=UOpMetaClass):
         return ret
     def const_like(self, value: Any) -> "UOp":
         """A constant of this UOp's dtype (and shape and device, for tensor-graph UOps)."""
-        if self.shape is not None and self.device is not None and not isinstance(self.device, tuple):
+        if self.shape is not None and self.device is not None:   # a device tuple makes a replicated multi-device constant
             return UOp.const(self.dtype, value, self.device, self.shape)
         return UOp.const(self.dtype, value)
     @staticmethod

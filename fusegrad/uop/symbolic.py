@@ -19,7 +19,7 @@ merged, the bases are sorted by ``_sort_key`` (deterministic across processes) a
 left-associated with the constant last, for example ``((a*4)+(b*-1))+3``.
 """
 from __future__ import annotations
-import functools, hashlib, math, weakref
+import functools, hashlib, itertools, math, weakref
 from enum import Enum
 from typing import Any
 from fusegrad.dtype import dtypes
@@ -238,6 +238,15 @@ def _split(terms: dict[UOp, int], const: int, d: int, nonneg: bool) -> tuple[dic
     q_const = quot(const, rounds_up(None))
     return q_terms, q_const, r_terms, const - q_const * d
 
+def _split_nearest(terms: dict[UOp, int], const: int, d: int, nonneg: bool) -> tuple[dict[UOp, int], int, dict[UOp, int], int]:
+    """Like ``_split`` but each term keeps the remainder coefficient nearest zero (795 = 800 - 5
+    against d = 800): the congruence that folds index math of flipped or reversed axes, where
+    ``(25a + 795b + 799c + 24) // 800`` is ``b + c`` because ``25a - 5b - c + 24`` stays in [0, 800)."""
+    q_terms = {b: (k + d // 2) // d for b, k in terms.items()}
+    r_terms = {b: k - q_terms[b] * d for b, k in terms.items()}
+    q_const = const // d if nonneg else -((-const) // d)
+    return q_terms, q_const, r_terms, const - q_const * d
+
 def _sum_gcd(terms: dict[UOp, int], const: int, d: int) -> int:
     return math.gcd(d, const, *terms.values())
 
@@ -258,10 +267,13 @@ def _div_const(x: UOp, c: UOp) -> UOp | None:
     if (g := _sum_gcd(terms, const, d)) > 1:
         return _build_sum({b: k // g for b, k in terms.items()}, const // g, x.dtype) // UOp.const(x.dtype, d // g)
     # (d*Q + R)/d == Q + R/d when x and R have the same sign (then trunc is floor, or ceil, for both)
-    for nonneg in ((True,) if x.vmin >= 0 else ()) + ((False,) if x.vmax <= 0 else ()):
-        q_terms, q_const, r_terms, r_const = _split(terms, const, d, nonneg)
+    signs = ((True,) if x.vmin >= 0 else ()) + ((False,) if x.vmax <= 0 else ())
+    for nonneg, split in itertools.product(signs, (_split, _split_nearest)):
+        q_terms, q_const, r_terms, r_const = split(terms, const, d, nonneg)
         if q_const == 0 and not any(q_terms.values()): continue
         rem = _build_sum(r_terms, r_const, x.dtype)
+        # the nearest split only when it finishes the division (else it and _split undo each other)
+        if split is _split_nearest and not -d < rem.vmin <= rem.vmax < d: continue
         if (rem.vmin >= 0) if nonneg else (rem.vmax <= 0):
             return _build_sum(q_terms, q_const, x.dtype) + rem // UOp.const(x.dtype, d)
     return None
@@ -283,9 +295,11 @@ def _mod_const(x: UOp, c: UOp) -> UOp | None:
         inner = _build_sum({b: k // g for b, k in terms.items()}, const // g, x.dtype)
         return (inner % UOp.const(x.dtype, d // g)) * UOp.const(x.dtype, g)
     # (d*Q + R) % d == R % d when x and R have the same sign (both remainders then agree with floor, or ceil)
-    for nonneg in ((True,) if x.vmin >= 0 else ()) + ((False,) if x.vmax <= 0 else ()):
-        _, _, r_terms, r_const = _split(terms, const, d, nonneg)
+    signs = ((True,) if x.vmin >= 0 else ()) + ((False,) if x.vmax <= 0 else ())
+    for nonneg, split in itertools.product(signs, (_split, _split_nearest)):
+        _, _, r_terms, r_const = split(terms, const, d, nonneg)
         rem = _build_sum(r_terms, r_const, x.dtype)
+        if split is _split_nearest and not -d < rem.vmin <= rem.vmax < d: continue
         if rem is not x and ((rem.vmin >= 0) if nonneg else (rem.vmax <= 0)): return rem % UOp.const(x.dtype, d)
     return None
 

@@ -1,10 +1,15 @@
-"""Optimization actions: every optimized kernel must compute what the unoptimized kernel computes."""
+"""Optimization actions: every optimized kernel must compute what the unoptimized kernel computes.
+
+The GPU-style actions (LOCAL, GROUP, GROUPTOP, NOLOCALS) run on the PYTHON device, which has
+workgroups, local memory and a race check for missing barriers; PADTO runs on both devices."""
 import itertools
 import numpy as np
 import pytest
-from fusegrad import Tensor, Device
+from fusegrad import Tensor, Device, Context
 from fusegrad.codegen import get_program
-from fusegrad.codegen.opt import Opt, OptOps, KernelOptError, apply_opt, kernel_axes, hand_coded_optimizations
+from fusegrad.codegen.opt import Opt, OptOps, KernelOptError, apply_opt, kernel_axes, hand_coded_optimizations, colored_shape
+from fusegrad.codegen.opt.search import candidate_actions
+from fusegrad.uop.ops import Ops
 from fusegrad.engine.realize import CompiledRunner
 
 def _kernel(build, device):
@@ -20,6 +25,8 @@ def _run(item, opts, device):
     program = get_program(item.ast, Device[device].renderer, opts)
     bufs = item.bufs
     for b in bufs: b.ensure_allocated()
+    # the output starts as a NaN pattern, so a kernel that skips stores can't pass on stale results
+    bufs[0].copyin(memoryview(np.full(bufs[0].nbytes // 4, 0x7FC00000, np.uint32).tobytes()))
     CompiledRunner(program)(bufs, dict(item.var_vals))
     return bufs[0].numpy().copy()
 
@@ -79,7 +86,7 @@ def test_heuristic_matches_unoptimized(device="CPU"):
     (Opt(OptOps.UPCAST, 2, 4), "UNROLL"),            # axis 2 is the reduce
     (Opt(OptOps.UNROLL, 0, 4), "reduce axes"),
     (Opt(OptOps.UPCAST, 7, 2), "out of range"),
-    (Opt(OptOps.LOCAL, 0, 2), "not supported"),
+    (Opt(OptOps.LOCAL, 0, 2), "local .workgroup. dims"),
     (Opt(OptOps.THREAD, 1, 2), "outermost"),
 ])
 def test_illegal_opts_raise(opt, message):
@@ -95,3 +102,253 @@ def test_swap_reorders_loops_and_matches():
     reference = _run(item, [], "CPU")
     np.testing.assert_allclose(_run(item, [Opt(OptOps.SWAP, 0, 1), Opt(OptOps.UPCAST, 1, 4)], "CPU"), reference, rtol=1e-5)
     with pytest.raises(KernelOptError, match="global"): apply_opt(item.ast, Opt(OptOps.SWAP, 0, 2), Device["CPU"].renderer)
+
+# ---------------------------------------------------------------- GPU-style actions (LOCAL, GROUP, GROUPTOP, NOLOCALS, PADTO)
+
+def _matmul_max(m, k, n):
+    """(a @ b).max(1): a max reduce whose loop encloses the matmul's sum (nested reduces)."""
+    def build(device):
+        rng = np.random.default_rng(k)
+        a = Tensor(rng.standard_normal((m, k)).astype(np.float32), device=device).realize()
+        b = Tensor(rng.standard_normal((k, n)).astype(np.float32), device=device).realize()
+        return (a @ b).max(1)
+    return build
+
+def _unsafe_rows(m, n):
+    """Row reductions of values that are not 0 where the input is padded with 0: exp, 1/x, max."""
+    def build(device):
+        x = Tensor(np.random.default_rng(n).uniform(0.5, 2, (m, n)).astype(np.float32), device=device).realize()
+        return x.exp().sum(1) + (1 / x).sum(1) + (-x).max(1)
+    return build
+
+def _int_rows(m, n):
+    def build(device):
+        x = Tensor(np.random.default_rng(n).integers(-50, 50, (m, n)).astype(np.int32), device=device).realize()
+        return x.sum(1) * 3 + x.max(1)
+    return build
+
+L, G, GT, U, R, P, N = OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.UPCAST, OptOps.UNROLL, OptOps.PADTO, OptOps.NOLOCALS
+GPU_CASES = {
+    # axes: 0 rows (12), 1 columns (16), 2 the reduce (8); a LOCAL axis comes after the globals,
+    # a GROUP_REDUCE axis before the reduces
+    "matmul_12x8x16": (_matmul(12, 8, 16), [
+        [Opt(L, 0, 3)], [Opt(L, 1, 4)], [Opt(L, 0, 2), Opt(L, 1, 8)], [Opt(L, 1, 16)], [Opt(L, 1, 0)],
+        [Opt(G, 2, 4)], [Opt(GT, 2, 4)], [Opt(G, 2, 0)], [Opt(GT, 2, 8)],
+        [Opt(G, 2, 4), Opt(U, 0, 3), Opt(L, 1, 4)],
+        [Opt(U, 1, 4), Opt(L, 1, 2), Opt(R, 3, 2)],
+        [Opt(L, 0, 4), Opt(GT, 3, 2), Opt(R, 4, 2), Opt(U, 1, 8)],
+        [Opt(U, 0, 2), Opt(U, 1, 4), Opt(G, 2, 2), Opt(R, 3, 2), Opt(L, 0, 3)],
+        [Opt(N,), Opt(U, 1, 4)], [Opt(U, 0, 4), Opt(N,), Opt(R, 2, 4)]]),
+    "matmul_odd_7x5x9": (_matmul(7, 5, 9), [
+        [Opt(L, 0, 7)], [Opt(G, 2, 5)], [Opt(L, 1, 3), Opt(GT, 3, 5), Opt(U, 0, 7)],
+        [Opt(P, 0, 8), Opt(L, 0, 8)], [Opt(P, 1, 4), Opt(L, 1, 4), Opt(P, 3, 8), Opt(G, 3, 4)],
+        [Opt(P, 2, 8), Opt(GT, 2, 2), Opt(R, 3, 4)]]),
+    # two reduces (sum and max) over the same range: each gets its own local buffer
+    "reduce_rows_6x64": (_reduce_rows(6, 64), [
+        [Opt(G, 1, 16)], [Opt(GT, 1, 16)], [Opt(GT, 1, 16), Opt(R, 2, 4)], [Opt(R, 1, 4), Opt(G, 1, 4), Opt(U, 0, 2)],
+        [Opt(L, 0, 2), Opt(G, 2, 8)], [Opt(G, 1, 4), Opt(GT, 2, 4)], [Opt(G, 1, 64)], [Opt(U, 0, 6), Opt(GT, 0, 32)],
+        [Opt(L, 0, 3), Opt(G, 2, 16), Opt(R, 3, 4)]]),
+    "reduce_rows_odd_5x63": (_reduce_rows(5, 63), [
+        [Opt(G, 1, 9)], [Opt(GT, 1, 7), Opt(R, 2, 3)], [Opt(P, 1, 16), Opt(G, 1, 16)], [Opt(P, 1, 32), Opt(GT, 1, 8), Opt(R, 2, 4)],
+        [Opt(P, 0, 8), Opt(L, 0, 8), Opt(G, 1, 3)]]),
+    "unsafe_rows_5x63": (_unsafe_rows(5, 63), [[Opt(P, 1, 16)], [Opt(P, 1, 16), Opt(G, 1, 16)], [Opt(P, 1, 32), Opt(R, 1, 8)],
+                                               [Opt(P, 0, 8), Opt(P, 1, 64), Opt(GT, 1, 16), Opt(U, 0, 4)]]),
+    "int_rows_4x30": (_int_rows(4, 30), [[Opt(G, 1, 6)], [Opt(P, 1, 32), Opt(GT, 1, 8)], [Opt(L, 0, 4), Opt(G, 1, 10)]]),
+    "elementwise_9x12": (_elementwise(9, 12), [
+        [Opt(L, 0, 4)], [Opt(L, 1, 3), Opt(U, 0, 4)], [Opt(P, 1, 16), Opt(L, 1, 16)], [Opt(L, 0, 12), Opt(L, 0, 9)],
+        [Opt(N,), Opt(U, 0, 3)], [Opt(P, 0, 16), Opt(P, 1, 16), Opt(L, 0, 4), Opt(L, 1, 8)]]),
+    # grouping the outer max is fine: its partials include the whole inner sum
+    "matmul_max_6x8x10": (_matmul_max(6, 8, 10), [[Opt(G, 1, 5)], [Opt(GT, 1, 2), Opt(R, 3, 4)], [Opt(L, 0, 3), Opt(G, 2, 10)],
+                                                  [Opt(P, 2, 16), Opt(U, 0, 2)]]),
+}
+
+@pytest.mark.parametrize("case", sorted(GPU_CASES))
+def test_gpu_opts_match_unoptimized(case):
+    build, opt_lists = GPU_CASES[case]
+    item = _kernel(build, "PYTHON")
+    reference = _run(item, [], "PYTHON")
+    for opts in opt_lists:
+        program = get_program(item.ast, Device["PYTHON"].renderer, opts)
+        assert list(program.applied_opts) == opts
+        np.testing.assert_allclose(_run(item, opts, "PYTHON"), reference, rtol=1e-5, atol=1e-5, err_msg=str(opts))
+
+PADTO_CPU_CASES = {
+    "matmul_odd_7x5x9": (_matmul(7, 5, 9), [[Opt(P, 0, 8)], [Opt(P, 2, 8)], [Opt(P, 0, 8), Opt(U, 0, 8)],
+                                            [Opt(P, 1, 4), Opt(U, 1, 4), Opt(P, 2, 8), Opt(R, 2, 8)], [Opt(P, 0, 16), Opt(P, 1, 32)]]),
+    "unsafe_rows_5x63": (_unsafe_rows(5, 63), [[Opt(P, 1, 16)], [Opt(P, 1, 64), Opt(R, 1, 16)], [Opt(P, 0, 8), Opt(U, 0, 8), Opt(P, 0, 32)]]),
+    "reduce_rows_odd_5x63": (_reduce_rows(5, 63), [[Opt(P, 1, 32), Opt(R, 1, 8), Opt(P, 0, 8), Opt(U, 0, 4)]]),
+    "matmul_max_6x8x10": (_matmul_max(6, 7, 10), [[Opt(P, 1, 16)], [Opt(P, 2, 8), Opt(R, 2, 8)], [Opt(P, 0, 8), Opt(U, 0, 8)]]),
+}
+
+@pytest.mark.parametrize("case", sorted(PADTO_CPU_CASES))
+def test_padto_on_cpu(case):
+    build, opt_lists = PADTO_CPU_CASES[case]
+    item = _kernel(build, "CPU")
+    reference = _run(item, [], "CPU")
+    for opts in opt_lists:
+        np.testing.assert_allclose(_run(item, opts, "CPU"), reference, rtol=1e-5, atol=1e-5, err_msg=str(opts))
+
+def test_padto_gates_reduce_only_when_needed():
+    """A sum of products of padded loads needs no select (the gated loads read 0); exp, 1/x and
+    max get ``valid.where(value, identity)``."""
+    def wheres(ast): return sum(1 for x in ast.toposort if x.op is Ops.WHERE)
+    matmul = _kernel(_matmul(7, 5, 9), "CPU").ast
+    padded = apply_opt(matmul, Opt(P, 2, 8), Device["CPU"].renderer)
+    assert wheres(padded) == wheres(matmul)
+    assert sum(1 for x in padded.toposort if x.op is Ops.INDEX and len(x.src) == 3) == 2   # both loads gated
+    rows = _kernel(_unsafe_rows(5, 63), "CPU").ast
+    assert wheres(apply_opt(rows, Opt(P, 1, 16), Device["CPU"].renderer)) == wheres(rows) + 3
+    # padding a global axis gates the output store
+    out = apply_opt(rows, Opt(P, 0, 8), Device["CPU"].renderer)
+    assert all(len(st.src[0].src) == 3 for st in out.src)
+
+def _sizes(build, opts, device="PYTHON"):
+    program = get_program(_kernel(build, device).ast, Device[device].renderer, opts)
+    return program.global_size, program.local_size, program
+
+@pytest.mark.parametrize("opts, global_size, local_size", [
+    ([], [16, 12, 1], [1, 1, 1]),
+    ([Opt(L, 1, 4)], [4, 12, 1], [4, 1, 1]),
+    ([Opt(L, 0, 3), Opt(L, 1, 4)], [4, 4, 1], [4, 3, 1]),
+    ([Opt(U, 1, 4), Opt(L, 1, 2)], [2, 12, 1], [2, 1, 1]),
+    ([Opt(G, 2, 4)], [16, 12, 1], [4, 1, 1]),
+    ([Opt(L, 1, 8), Opt(GT, 3, 2)], [2, 12, 1], [2, 8, 1]),      # lidx0 is the group threads, lidx1 the local columns
+    ([Opt(L, 1, 16)], [12, 1, 1], [16, 1, 1]),          # a fully local axis leaves the global dims
+    ([Opt(N,)], [16, 12, 1], None),
+])
+def test_launch_sizes_follow_opts(opts, global_size, local_size):
+    got_global, got_local, program = _sizes(_matmul(12, 8, 16), opts)
+    assert got_global == global_size and got_local == local_size
+    specials = {u.arg for u in program.uops if u.op is Ops.SPECIAL}
+    if local_size is None: assert specials == {"idx0", "idx1"}
+    else: assert {s for s in specials if s.startswith("lidx")} == {f"lidx{d}" for d in range(3) if local_size[d] > 1}
+
+def test_group_lowers_to_local_memory_barrier_and_gated_store():
+    program = get_program(_kernel(_reduce_rows(6, 64), "PYTHON").ast, Device["PYTHON"].renderer, [Opt(G, 1, 16), Opt(U, 0, 2)])
+    ops = [u.op for u in program.uops]
+    locals_ = [u for u in program.uops if u.op is Ops.DEFINE_LOCAL]
+    assert len(locals_) == 2 and all(u.dtype.size == 16 * 2 for u in locals_)   # sum and max: 16 threads x 2 upcast rows
+    assert ops.count(Ops.BARRIER) == 2
+    for barrier in [u for u in program.uops if u.op is Ops.BARRIER]:
+        # the barrier is outside every loop, after the stores to its buffer and before the loads from it
+        position = program.uops.index(barrier)
+        depth = sum(1 if u.op is Ops.RANGE else -1 if u.op is Ops.END else 0 for u in program.uops[:position])
+        assert depth == 0
+        buffer = barrier.src[0]
+        accesses = [(i, u.op) for i, u in enumerate(program.uops) if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].src[0] is buffer]
+        assert [op for i, op in accesses if i < position] == [Ops.STORE] and all(op is Ops.LOAD for i, op in accesses if i > position)
+    out_store = [u for u in program.uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM]
+    assert len(out_store) == 1 and len(out_store[0].src[0].src) == 3   # only the group's thread 0 stores
+
+@pytest.mark.parametrize("opts, device, message", [
+    ([Opt(L, 0, 2)], "CPU", "local .workgroup. dims"),
+    ([Opt(G, 2, 2)], "CPU", "local .workgroup. dims"),
+    ([Opt(GT, 2, 2)], "CPU", "local .workgroup. dims"),
+    ([Opt(N,)], "CPU", "NOLOCALS is meaningless"),
+    ([Opt(L, 2, 2)], "PYTHON", "LOCAL is for global axes"),
+    ([Opt(L, 0, 5)], "PYTHON", "5 doesn't divide"),
+    ([Opt(G, 2, 2), Opt(L, 2, 2)], "PYTHON", "LOCAL is for global axes, axis 2 is GROUP_REDUCE"),
+    ([Opt(L, 1, 4), Opt(L, 2, 2)], "PYTHON", "LOCAL is for global axes, axis 2 is LOCAL"),
+    ([Opt(G, 0, 4)], "PYTHON", "GROUP is for reduce axes"),
+    ([Opt(GT, 1, 4)], "PYTHON", "GROUPTOP is for reduce axes"),
+    ([Opt(G, 2, 3)], "PYTHON", "3 doesn't divide"),
+    ([Opt(G, 2, 2), Opt(G, 2, 2)], "PYTHON", "GROUP is for reduce axes, axis 2 is GROUP_REDUCE"),
+    ([Opt(G, 2, 2), Opt(U, 2, 2)], "PYTHON", "not grouped reduce"),
+    ([Opt(G, 2, 2), Opt(R, 2, 2)], "PYTHON", "UNROLL is for reduce axes"),
+    ([Opt(L, 0, 3), Opt(SW := OptOps.SWAP, 0, 2)], "PYTHON", "SWAP exchanges two global axes"),
+    ([Opt(N,), Opt(L, 0, 2)], "PYTHON", "LOCAL after NOLOCALS"),
+    ([Opt(N,), Opt(G, 2, 2)], "PYTHON", "GROUP after NOLOCALS"),
+    ([Opt(N,), Opt(GT, 2, 2)], "PYTHON", "GROUPTOP after NOLOCALS"),
+    ([Opt(N,), Opt(N,)], "PYTHON", "NOLOCALS was already applied"),
+    ([Opt(L, 0, 2), Opt(N,)], "PYTHON", "already uses locals"),
+    ([Opt(G, 2, 2), Opt(N,)], "PYTHON", "already uses locals"),
+    ([Opt(P, 1, 8)], "PYTHON", "nothing to pad: 16 is already a multiple of 8"),
+    ([Opt(P, 2, 64)], "CPU", "more than quadruple"),
+    ([Opt(P, 2, 1)], "CPU", "at least 2"),
+    ([Opt(L, 1, 4), Opt(P, 2, 8)], "PYTHON", "PADTO pads global and reduce axes, not LOCAL"),
+    ([Opt(G, 2, 4), Opt(P, 2, 8)], "PYTHON", "PADTO pads global and reduce axes, not GROUP_REDUCE"),
+    ([Opt(OptOps.TC, 0, 0)], "PYTHON", "declares none"),
+    ([Opt(OptOps.TC, 0, 0)], "CPU", "declares none"),
+])
+def test_illegal_gpu_opts_raise(opts, device, message):
+    ast = _kernel(_matmul(12, 8, 16), device).ast
+    renderer = Device[device].renderer
+    for opt in opts[:-1]: ast = apply_opt(ast, opt, renderer)
+    with pytest.raises(KernelOptError, match=message): apply_opt(ast, opts[-1], renderer)
+
+def test_group_of_nested_reduce_raises():
+    ast = _kernel(_matmul_max(6, 8, 10), "PYTHON").ast
+    # axes: 0 rows, 1 the max's columns (outer reduce), 2 the matmul's sum (inside the max's loop)
+    with pytest.raises(KernelOptError, match="nested inside another loop"): apply_opt(ast, Opt(G, 2, 4), Device["PYTHON"].renderer)
+    with pytest.raises(KernelOptError, match="nested inside another loop"): apply_opt(ast, Opt(GT, 2, 2), Device["PYTHON"].renderer)
+
+class _SmallGPU(type(Device["PYTHON"].renderer)):
+    local_max = (8, 4, 4)
+    local_max_threads = 64
+    shared_max = 256
+
+@pytest.mark.parametrize("opts, message", [
+    ([Opt(L, 1, 16)], "local dim 0 of size 16 exceeds the PYTHON renderer's limit 8"),
+    ([Opt(L, 0, 6), Opt(L, 1, 2)], "local dim 1 of size 6 exceeds"),
+    ([Opt(L, 0, 4), Opt(L, 1, 4), Opt(G, 4, 8)], "a workgroup of 128 threads exceeds the PYTHON renderer's maximum of 64"),
+    ([Opt(G, 2, 8), Opt(L, 0, 12)], "a workgroup of 96 threads exceeds"),
+    # 8 threads x 4 upcast columns x 4 bytes = 128 fits; a later UPCAST of the rows doubles it past 256
+    ([Opt(G, 2, 8), Opt(U, 1, 4), Opt(U, 0, 4)], "exceeds maximum shared memory size: needs 512, max 256"),
+])
+def test_workgroup_limits(opts, message):
+    ast = _kernel(_matmul(12, 8, 16), "PYTHON").ast
+    renderer = _SmallGPU()
+    for opt in opts[:-1]: ast = apply_opt(ast, opt, renderer)
+    with pytest.raises(KernelOptError, match=message): apply_opt(ast, opts[-1], renderer)
+
+def test_colored_shape_shows_local_and_group_axes(capsys):
+    item = _kernel(_matmul(12, 8, 16), "PYTHON")
+    opts = [Opt(L, 1, 4), Opt(GT, 3, 2), Opt(U, 0, 3)]
+    ast = item.ast
+    for opt in opts: ast = apply_opt(ast, opt, Device["PYTHON"].renderer)
+    # global (blue), local (cyan), grouped reduce (green), reduce (red), upcast (yellow), in that order
+    expected = "_".join(f"\x1b[{code}m{size}\x1b[0m" for code, size in [(34, 4), (34, 4), (36, 4), (32, 2), (31, 4), (33, 3)])
+    assert colored_shape(ast) == expected
+    with Context(DEBUG=3): get_program(item.ast, Device["PYTHON"].renderer, opts)
+    assert expected in capsys.readouterr().out
+
+def test_candidate_actions_follow_the_renderer():
+    def kinds(device, build=_matmul(7, 5, 9)):
+        return {a.op for a in candidate_actions(_kernel(build, device).ast, Device[device].renderer)}
+    gpu_only = {L, G, GT, N}
+    assert gpu_only <= kinds("PYTHON") and not gpu_only & kinds("CPU")
+    assert P in kinds("CPU") and P in kinds("PYTHON")
+    assert P not in kinds("CPU", _matmul(32, 32, 64))       # nothing to pad
+    assert OptOps.TC not in kinds("PYTHON")
+
+def test_every_legal_candidate_computes_the_same():
+    """One BEAM step on the PYTHON device: every candidate that applies gives the unoptimized result."""
+    item = _kernel(_reduce_rows(6, 48), "PYTHON")
+    reference = _run(item, [], "PYTHON")
+    renderer, applied = Device["PYTHON"].renderer, set()
+    for action in candidate_actions(item.ast, renderer):
+        try: apply_opt(item.ast, action, renderer)
+        except KernelOptError: continue
+        applied.add(action.op)
+        np.testing.assert_allclose(_run(item, [action], "PYTHON"), reference, rtol=1e-5, atol=1e-5, err_msg=str(action))
+    assert {U, R, L, G, GT, N, P} <= applied
+
+@pytest.mark.parametrize("op, second_thread_starts_at", [(G, 1), (GT, 4)])
+def test_group_and_grouptop_split_the_range_differently(op, second_thread_starts_at):
+    """64 elements over 16 threads: GROUP interleaves them (thread 1 reads element 1 first),
+    GROUPTOP gives each thread a contiguous block (thread 1 reads element 4 first)."""
+    program = get_program(_kernel(_reduce_rows(6, 64), "PYTHON").ast, Device["PYTHON"].renderer, [Opt(op, 1, 16)])
+    (index,) = {u.src[0].src[1] for u in program.uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM}
+    at = {x: x.const_like(1 if x.op is Ops.SPECIAL and x.arg == "lidx0" else 0) for x in index.toposort if x.op in (Ops.SPECIAL, Ops.RANGE)}
+    assert index.substitute(at).simplify().arg == second_thread_starts_at
+
+def test_group_in_a_multi_output_kernel():
+    x = Tensor(np.random.default_rng(3).standard_normal((4, 32)).astype(np.float32), device="PYTHON").realize()
+    (item,) = Tensor.schedule(x.sum(1), x.max(1))
+    assert len(item.ast.src) == 2
+    for opts in [[Opt(G, 1, 8)], [Opt(GT, 1, 4), Opt(U, 0, 2), Opt(L, 0, 2)], [Opt(P, 0, 8), Opt(L, 0, 8), Opt(G, 1, 4)]]:
+        for b in item.bufs: b.ensure_allocated()
+        for b in item.bufs[:2]: b.copyin(memoryview(np.full(4, np.nan, np.float32).tobytes()))   # no stale results
+        CompiledRunner(get_program(item.ast, Device["PYTHON"].renderer, opts))(item.bufs, {})
+        np.testing.assert_allclose(item.bufs[0].numpy(), x.numpy().sum(1), rtol=1e-5, atol=1e-5, err_msg=str(opts))
+        np.testing.assert_allclose(item.bufs[1].numpy(), x.numpy().max(1), err_msg=str(opts))

@@ -4,6 +4,7 @@ bounds where the issue allows fewer kernels ("≤"); exact where it names a numb
 import numpy as np
 import pytest
 from fusegrad import Tensor, dtypes, GlobalCounters
+from fusegrad.uop.ops import Ops
 from helpers import assert_tensor, count_kernels, realized
 
 @pytest.fixture
@@ -143,3 +144,29 @@ def test_kernel_count_reset(device, abc):
     assert GlobalCounters.kernel_count >= 1
     GlobalCounters.reset()
     assert GlobalCounters.kernel_count == 0
+
+def _reduces_over(items, size: int) -> int:
+    """How many kernels run a reduce loop of ``size`` iterations."""
+    return sum(1 for item in items if item.ast.op is Ops.SINK
+               and any(x.op is Ops.REDUCE and any(r.src[0].arg == size for r in x.src[1:]) for x in item.ast.toposort))
+
+def test_value_from_a_reduce_used_twice_is_stored_once(device):
+    # the max gradient compares logits with their max: both must read the same stored logits (a
+    # recomputation with another summation order need not be bit-equal, and then no element "is"
+    # the max); relu's two elementwise uses of the matmul stay fused
+    rng = np.random.default_rng(0)
+    x = realized(rng.standard_normal((8, 64)).astype(np.float32), device)
+    w = Tensor(rng.standard_normal((10, 64)).astype(np.float32), device=device, requires_grad=True).realize()
+    logits = x @ w.T
+    grad, = logits.max(1).sum().gradient(w)
+    assert _reduces_over(grad.schedule(), 64) == 1
+    assert count_kernels((x @ w.T).relu().sum(0)) == 1
+    # conv + bias + relu feeding both a max pool and its gradient: the conv runs once
+    img = realized(rng.standard_normal((2, 3, 8, 8)).astype(np.float32), device)
+    k = Tensor(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), device=device, requires_grad=True).realize()
+    gk, = img.conv2d(k, padding=1).relu().max_pool2d(2).sum().gradient(k)
+    assert sum(1 for item in gk.schedule() if item.ast.op is Ops.SINK and _has_window_reduce(item.ast, [3, 3, 3])) == 1
+
+def _has_window_reduce(ast, window: list[int]) -> bool:
+    """Does this kernel reduce over a window of these sizes (the forward conv's 3x3x3)?"""
+    return any(x.op is Ops.REDUCE and sorted(r.src[0].arg for r in x.src[1:]) == window for x in ast.toposort)

@@ -164,6 +164,22 @@ def test_define_local_barrier():
     run(_local_rotate_program(), O, I, global_size=(2, 1, 1), local_size=(4, 1, 1))
     assert O.tolist() == [1, 2, 3, 0, 5, 6, 7, 4]
 
+def test_local_race_without_barrier_raises():
+    # lockstep would hide it: a lane reads what another lane stored, with no BARRIER in between
+    out, inp = param(0, dtypes.float32, 8), param(1, dtypes.float32, 8)
+    lm = UOp(Ops.DEFINE_LOCAL, dtypes.float32.ptr(4, local=True), arg="temp0")
+    g, l = special("gidx0", 2), special("lidx0", 4)
+    st = lm.index(l).store(inp.index(g * c(4) + l).load())
+    racy = out.index(g * c(4) + l).store(lm.index((l + c(1)) % c(4)).load())
+    with pytest.raises(RuntimeError, match="race on local temp0.*no BARRIER"):
+        run(linear(out, inp, lm, g, l, st, racy), np.zeros(8, np.float32), np.arange(8, dtype=np.float32),
+            global_size=(2, 1, 1), local_size=(4, 1, 1))
+    # reading back its own element needs no barrier
+    O = np.zeros(8, np.float32)
+    own = out.index(g * c(4) + l).store(lm.index(l).load())
+    run(linear(out, inp, lm, g, l, st, own), O, np.arange(8, dtype=np.float32), global_size=(2, 1, 1), local_size=(4, 1, 1))
+    assert O.tolist() == list(range(8))
+
 def test_chunked_workgroups(monkeypatch):
     # workgroups run in chunks when the launch is large: same results, locals stay per group
     monkeypatch.setattr(PythonProgram, "max_lanes", 4)

@@ -101,6 +101,16 @@ class TestDivMod(unittest.TestCase):
     def test_div_split_partial(self):
         self.assertIs(simplify((x * 4 + y + 2) // 4), simplify(x + (y + 2) // 4))
         self.assertIs(simplify((x * 4 + y + 2) % 4), simplify((y + 2) % 4))
+    def test_div_split_nearest_remainder(self):
+        # a flipped 5x5 window inside an 800-element block: 795 = 800 - 5 and 799 = 800 - 1
+        a, b, c = UOp.variable("a", 0, 31), UOp.variable("b", 0, 4), UOp.variable("c", 0, 4)
+        e = a * 25 + b * 795 + c * 799 + 24
+        self.assertIs(simplify(e // 800), simplify(b + c))
+        self.assertIs(simplify(e % 800), simplify(a * 25 + b * -5 + c * -1 + 24))
+        # and no fold when the small remainder can leave [0, 800): a up to 40 reaches 1024
+        wide = UOp.variable("w", 0, 40) * 25 + b * 795 + 24
+        for env in ({"w": 40, "b": 0}, {"w": 0, "b": 4}, {"w": 31, "b": 3}):
+            self.assertEqual(evaluate(simplify(wide // 800), env)[0], (env["w"] * 25 + env["b"] * 795 + 24) // 800)
     def test_no_split_when_signs_mix(self):
         # (z*4 + y) // 4 with z = -1, y = 1: -3 // 4 == 0 (C) but z + y//4 == -1
         e = simplify((z * 4 + y) // 4)

@@ -13,7 +13,22 @@ micro-kernel that the C compiler vectorizes.
 | UNROLL  | reduce axis  | split off ``arg`` partial sums (lanes), added up after the loop |
 | THREAD  | global axis 0| run the outermost loop on ``arg`` CPU threads |
 | SWAP    | global axis  | exchange the nesting order of global axes ``axis`` and ``arg`` |
-| LOCAL / GROUP / GROUPTOP / PADTO / SWAP / NOLOCALS / TC | | need local memory or tensor cores: not legal on the CPU renderer (KernelOptError) |
+| LOCAL   | global axis  | split off an inner LOCAL range of ``arg``: threads of one workgroup (``lidx``) |
+| GROUP   | reduce axis  | split off an inner GROUP_REDUCE range of ``arg``: that many threads each reduce a part, then combine |
+| GROUPTOP| reduce axis  | like GROUP, but the threads take the outer (top) part of the range: thread t reduces one contiguous block |
+| PADTO   | global/reduce| round the range up to a multiple of ``arg``; the extra iterations neither load, store nor contribute |
+| NOLOCALS| (no axis)    | launch without workgroups (``idx`` launch indices, no local size); later LOCAL/GROUP are illegal |
+| TC      |              | tensor cores: no renderer here declares them, so always a KernelOptError |
+
+LOCAL/GROUP/GROUPTOP/NOLOCALS need a renderer with ``has_local`` (and GROUP ``has_shared``); PADTO works
+everywhere. Legality is checked when an action is applied: amounts must divide (after PADTO they do),
+a workgroup (LOCAL x GROUP sizes) stays within ``renderer.local_max_threads`` and, per launch dimension,
+``renderer.local_max``; the grouped reduces' partials fit in ``renderer.shared_max`` bytes (checked after
+every action, since a later UPCAST grows them). A reduce nested inside another reduce's loop can't be
+grouped (its barrier would sit inside a loop whose trip is per reduce step). The grouped reduce is
+lowered in codegen/lowering.py (``lower_group_reduces``): partials go to a DEFINE_LOCAL, a BARRIER,
+then every thread combines them and only the group's thread 0 stores. The kernel-wide NOLOCALS flag
+lives in the SINK's arg (``KernelInfo``), so the AST stays the whole state of an optimized kernel.
 
 ``optimize_kernel(ast, renderer, opts)`` returns the rewritten AST and the applied opts.
 """
@@ -27,6 +42,14 @@ from fusegrad.uop.ops import UOp, Ops, AxisType, AXIS_COLORS
 
 class KernelOptError(Exception):
     """An optimization action that is not legal for this kernel (the message says why)."""
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """Kernel-wide optimization state, kept in the kernel SINK's arg."""
+    dont_use_locals: bool = False
+
+def kernel_info(ast: UOp) -> KernelInfo:
+    return ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
 
 class OptOps(Enum):
     UPCAST = auto(); UNROLL = auto(); LOCAL = auto(); GROUP = auto(); GROUPTOP = auto(); PADTO = auto()
@@ -45,16 +68,20 @@ class Opt:
 def _size(r: UOp):
     return r.src[0].arg if r.src[0].op is Ops.CONST else r.src[0]
 
+# the order of axes in ``kernel_axes`` and ``colored_shape`` (tinygrad's: global, local, group, reduce, upcast)
+_AXIS_RANK = {AxisType.GLOBAL: 0, AxisType.THREAD: 0, AxisType.LOOP: 0, AxisType.LOCAL: 1, AxisType.GROUP_REDUCE: 2,
+              AxisType.REDUCE: 3, AxisType.UPCAST: 4, AxisType.UNROLL: 5}
+
 def kernel_axes(ast: UOp) -> list[UOp]:
-    """The kernel's optimizable ranges: globals (and threads) first, then reduces, by id."""
-    ranges = [x for x in ast.toposort if x.op is Ops.RANGE]
-    outer = sorted([r for r in ranges if r.arg[1] in (AxisType.GLOBAL, AxisType.THREAD, AxisType.LOOP)], key=lambda r: r.arg[0])
-    reduce = sorted([r for r in ranges if r.arg[1] is AxisType.REDUCE], key=lambda r: r.arg[0])
-    return outer + reduce
+    """The kernel's optimizable ranges: globals (and threads), then locals, then grouped reduce
+    parts, then reduces, each by id. UPCAST ranges are not axes."""
+    ranges = [x for x in ast.toposort if x.op is Ops.RANGE and _AXIS_RANK[x.arg[1]] <= 3]
+    return sorted(ranges, key=lambda r: (_AXIS_RANK[r.arg[1]], r.arg[0]))
 
 def colored_shape(ast: UOp) -> str:
-    """Loop sizes coloured by kind (blue global, red reduce, yellow upcast, magenta unroll ...)."""
-    ranges = sorted([x for x in ast.toposort if x.op is Ops.RANGE], key=lambda r: (r.arg[1] is AxisType.UPCAST, r.arg[0]))
+    """Loop sizes coloured by kind: blue global, cyan local, green grouped reduce, red reduce,
+    yellow upcast (DEBUG>=3 prints it with the applied opts)."""
+    ranges = sorted([x for x in ast.toposort if x.op is Ops.RANGE], key=lambda r: (_AXIS_RANK[r.arg[1]], r.arg[0]))
     return "_".join(colored(str(_size(r)), AXIS_COLORS[r.arg[1]]) for r in ranges)
 
 def _next_id(ast: UOp) -> int:
@@ -73,38 +100,176 @@ def _split(ast: UOp, rng: UOp, amount: int, inner_kind: AxisType) -> tuple[UOp, 
     return ast.substitute({rng: outer * amount + inner}), outer, inner
 
 def apply_opt(ast: UOp, opt: Opt, renderer) -> UOp:
-    """Apply one action or raise KernelOptError."""
+    """Apply one action or raise KernelOptError (the message says what is illegal)."""
+    if opt.op is OptOps.TC:
+        if not getattr(renderer, "tensor_cores", None):
+            raise KernelOptError(f"TC needs tensor cores, and the {renderer.device} renderer declares none (no renderer here does)")
+        raise KernelOptError("TC is not implemented")
+    if opt.op is OptOps.NOLOCALS: return _nolocals(ast, renderer)
+    if opt.op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP):
+        if not renderer.has_local:
+            raise KernelOptError(f"{opt.op.name} needs local (workgroup) dims, which the {renderer.device} renderer doesn't have")
+        if opt.op is not OptOps.LOCAL and not renderer.has_shared:
+            raise KernelOptError(f"{opt.op.name} needs shared memory, which the {renderer.device} renderer doesn't have")
+        if kernel_info(ast).dont_use_locals: raise KernelOptError(f"{opt.op.name} after NOLOCALS: this kernel uses no locals")
     axes = kernel_axes(ast)
-    if opt.op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.NOLOCALS, OptOps.SWAP, OptOps.TC, OptOps.PADTO):
-        if opt.op is OptOps.SWAP: pass
-        elif not renderer.has_local or opt.op in (OptOps.TC, OptOps.PADTO):
-            raise KernelOptError(f"{opt.op.name} is not supported by the {renderer.device} renderer")
     if opt.axis is None or not 0 <= opt.axis < len(axes): raise KernelOptError(f"axis {opt.axis} is out of range ({len(axes)} axes)")
     rng = axes[opt.axis]
+    kind = rng.arg[1]
     amount = opt.arg if opt.arg else _size(rng)
     if not isinstance(amount, int): raise KernelOptError(f"{opt} needs an int amount")
     if opt.op is OptOps.UPCAST:
-        if rng.arg[1] is AxisType.REDUCE: raise KernelOptError("UPCAST is for non-reduce axes; use UNROLL")
+        if kind is AxisType.REDUCE: raise KernelOptError("UPCAST is for non-reduce axes; use UNROLL")
+        if kind is AxisType.GROUP_REDUCE: raise KernelOptError("UPCAST is for non-reduce axes, not grouped reduce threads")
         if amount > 64: raise KernelOptError(f"UPCAST amount {amount} is above 64")
-        if amount == _size(rng):
-            return ast.substitute({rng: rng.replace(arg=(rng.arg[0], AxisType.UPCAST))})
-        return _split(ast, rng, amount, AxisType.UPCAST)[0]
-    if opt.op is OptOps.UNROLL:
-        if rng.arg[1] is not AxisType.REDUCE: raise KernelOptError("UNROLL is for reduce axes")
+        if amount == _size(rng): new = ast.substitute({rng: rng.replace(arg=(rng.arg[0], AxisType.UPCAST))})
+        else: new = _split(ast, rng, amount, AxisType.UPCAST)[0]
+    elif opt.op is OptOps.UNROLL:
+        if kind is not AxisType.REDUCE: raise KernelOptError("UNROLL is for reduce axes")
         if amount > 64: raise KernelOptError(f"UNROLL amount {amount} is above 64")
-        return _unroll(ast, rng, amount)
-    if opt.op is OptOps.SWAP:
+        new = _unroll(ast, rng, amount)
+    elif opt.op is OptOps.SWAP:
         other = opt.arg
         if not isinstance(other, int) or not 0 <= other < len(axes) or other == opt.axis: raise KernelOptError(f"SWAP needs another axis, got {other}")
         second = axes[other]
-        if AxisType.REDUCE in (rng.arg[1], second.arg[1]): raise KernelOptError("SWAP exchanges two global axes")
+        if _AXIS_RANK[kind] != 0 or _AXIS_RANK[second.arg[1]] != 0: raise KernelOptError("SWAP exchanges two global axes")
         # loops nest in id order: exchanging ids exchanges the loops
         return ast.substitute({rng: rng.replace(arg=(second.arg[0], rng.arg[1])), second: second.replace(arg=(rng.arg[0], second.arg[1]))})
-    if opt.op is OptOps.THREAD:
-        if opt.axis != 0 or rng.arg[1] not in (AxisType.GLOBAL, AxisType.LOOP): raise KernelOptError("THREAD splits the outermost global axis")
+    elif opt.op is OptOps.THREAD:
+        if opt.axis != 0 or kind not in (AxisType.GLOBAL, AxisType.LOOP): raise KernelOptError("THREAD splits the outermost global axis")
         if not getattr(renderer, "has_threads", False): raise KernelOptError(f"the {renderer.device} renderer has no threads")
         return ast.substitute({rng: rng.replace(arg=(rng.arg[0], AxisType.THREAD))})
-    raise KernelOptError(f"{opt.op.name} is not supported here")
+    elif opt.op is OptOps.LOCAL:
+        if kind not in (AxisType.GLOBAL, AxisType.LOOP): raise KernelOptError(f"LOCAL is for global axes, axis {opt.axis} is {kind.name}")
+        if amount == _size(rng): new = ast.substitute({rng: rng.replace(arg=(rng.arg[0], AxisType.LOCAL))})
+        else: new = _split(ast, rng, amount, AxisType.LOCAL)[0]
+    elif opt.op in (OptOps.GROUP, OptOps.GROUPTOP):
+        if kind is not AxisType.REDUCE: raise KernelOptError(f"{opt.op.name} is for reduce axes, axis {opt.axis} is {kind.name}")
+        new = _group(ast, rng, amount, top=opt.op is OptOps.GROUPTOP)
+    elif opt.op is OptOps.PADTO:
+        new = _padto(ast, rng, amount)
+    else: raise KernelOptError(f"{opt.op.name} is not supported here")
+    return _check_launch(new, renderer)
+
+def _check_launch(ast: UOp, renderer) -> UOp:
+    """Raise KernelOptError when the workgroup or its shared memory is too big for the renderer."""
+    if not renderer.has_local: return ast
+    from fusegrad.codegen.lowering import launch_groups
+    local_ranges = local_axes(ast)
+    if local_ranges:
+        threads = prod(_size(r) for r in local_ranges)
+        if threads > renderer.local_max_threads:
+            raise KernelOptError(f"a workgroup of {threads} threads exceeds the {renderer.device} renderer's maximum of "
+                                 f"{renderer.local_max_threads}")
+        for dim, group in enumerate(launch_groups(local_ranges)):
+            size = prod(_size(r) for r in group)
+            if renderer.local_max is not None and size > renderer.local_max[dim]:
+                raise KernelOptError(f"local dim {dim} of size {size} exceeds the {renderer.device} renderer's limit {renderer.local_max[dim]}")
+    if (need := shared_memory_bytes(ast)) > renderer.shared_max:
+        raise KernelOptError(f"exceeds maximum shared memory size: needs {need}, max {renderer.shared_max}")
+    return ast
+
+def local_axes(ast: UOp) -> list[UOp]:
+    """The ranges that become local (workgroup) launch indices: LOCAL ranges, then GROUP_REDUCE ranges, each by id."""
+    ranges = [x for x in ast.toposort if x.op is Ops.RANGE and x.arg[1] in (AxisType.LOCAL, AxisType.GROUP_REDUCE)]
+    return sorted(ranges, key=lambda r: (_AXIS_RANK[r.arg[1]], r.arg[0]))
+
+def grouped_partial_slots(ast: UOp, red: UOp) -> list[UOp]:
+    """The ranges that index the shared-memory buffer of grouped reduce ``red``: every LOCAL range,
+    the reduce's own GROUP_REDUCE ranges, and the UPCAST ranges its partial sums depend on."""
+    local = sorted([x for x in ast.toposort if x.op is Ops.RANGE and x.arg[1] is AxisType.LOCAL], key=lambda r: r.arg[0])
+    groups = [r for r in red.src[1:] if r.arg[1] is AxisType.GROUP_REDUCE]
+    upcasts = sorted([r for r in free_ranges(red.src[0]) if r.arg[1] is AxisType.UPCAST], key=lambda r: r.arg[0])
+    return local + groups + upcasts
+
+def shared_memory_bytes(ast: UOp) -> int:
+    """Bytes of shared memory the grouped reduces of ``ast`` need (one buffer each)."""
+    total = 0
+    for red in [x for x in ast.toposort if x.op is Ops.REDUCE]:
+        if any(r.arg[1] is AxisType.GROUP_REDUCE for r in red.src[1:]):
+            total += prod(_size(r) for r in grouped_partial_slots(ast, red)) * red.dtype.itemsize
+    return total
+
+def _nolocals(ast: UOp, renderer) -> UOp:
+    if not renderer.has_local: raise KernelOptError(f"NOLOCALS is meaningless: the {renderer.device} renderer has no locals")
+    if kernel_info(ast).dont_use_locals: raise KernelOptError("NOLOCALS was already applied")
+    if local_axes(ast): raise KernelOptError("can't apply NOLOCALS to a kernel that already uses locals (LOCAL/GROUP)")
+    if ast.op is not Ops.SINK: raise KernelOptError("NOLOCALS needs a kernel SINK")
+    return ast.replace(arg=KernelInfo(dont_use_locals=True))
+
+def _group(ast: UOp, rng: UOp, amount: int, top: bool) -> UOp:
+    """Split reduce range ``rng`` into a REDUCE part and a GROUP_REDUCE part of ``amount`` threads,
+    in every REDUCE over it: REDUCE(v, rng) becomes REDUCE(v', rest, group). GROUP takes the inner
+    part of the range (rng = rest*amount + group), GROUPTOP the top (rng = group*(size/amount) + rest)."""
+    size = _size(rng)
+    if not isinstance(size, int): raise KernelOptError(f"can't group symbolic range {rng.arg}")
+    if amount <= 1 or size % amount != 0: raise KernelOptError(f"{amount} doesn't divide reduce of size {size}")
+    reduces = [x for x in ast.toposort if x.op is Ops.REDUCE and rng in x.src[1:]]
+    for red in reduces:
+        loops = [r for r in free_ranges(red) if r.arg[1] not in (AxisType.GLOBAL, AxisType.LOCAL, AxisType.UPCAST)]
+        if loops: raise KernelOptError(f"can't group a reduce nested inside another loop ({loops[0].arg[1].name} range {loops[0].arg[0]}): "
+                                       "its barrier would run once per iteration of that loop")
+    group = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, amount),), (_next_id(ast), AxisType.GROUP_REDUCE))
+    if amount == size: rest, expr = None, group
+    else:
+        rest = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size // amount),), rng.arg)
+        expr = group * (size // amount) + rest if top else rest * amount + group
+    mapping: dict[UOp, UOp] = {}
+    for red in reduces:   # in toposort order: a reduce inside another's value is rebuilt first
+        value = red.src[0].substitute({**mapping, rng: expr})
+        ranges: list[UOp] = []
+        for r in red.src[1:]: ranges += ([rest] if rest is not None else []) + [group] if r is rng else [r]
+        mapping[red] = UOp(Ops.REDUCE, red.dtype, (value,) + tuple(ranges), red.arg)
+    # other uses of the range (as an enclosing loop of nested ranges) see the split expression
+    return ast.substitute({**mapping, rng: expr})
+
+def _padto(ast: UOp, rng: UOp, amount: int) -> UOp:
+    """Round range ``rng`` up to a multiple of ``amount``. Loads and stores whose address moves
+    along it are gated by ``rng < size`` (a gated load reads 0), stores that happen inside it are
+    gated too, and each REDUCE over it sees its identity for the extra iterations: the value is
+    wrapped in ``valid.where(value, identity)`` unless the reduce is a sum whose value is zero
+    whenever its gated loads are (a product of gated loads, say), where the gated loads suffice."""
+    from fusegrad.codegen.lowering import identity_value
+    size = _size(rng)
+    if rng.arg[1] not in (AxisType.GLOBAL, AxisType.LOOP, AxisType.THREAD, AxisType.REDUCE):
+        raise KernelOptError(f"PADTO pads global and reduce axes, not {rng.arg[1].name} ones")
+    if not isinstance(size, int): raise KernelOptError(f"can't pad symbolic range {rng.arg}")
+    if amount <= 1: raise KernelOptError(f"PADTO needs an amount of at least 2, got {amount}")
+    padded = -(-size // amount) * amount
+    if padded == size: raise KernelOptError(f"nothing to pad: {size} is already a multiple of {amount}")
+    if size <= amount // 4: raise KernelOptError(f"pad adds more than quadruple the work ({size} -> {padded})")
+    new = rng.replace(src=(UOp.const(dtypes.index, padded),) + rng.src[1:])
+    valid = new < size
+    ast = ast.substitute({rng: new})
+    def gate(index: UOp) -> UOp:
+        return index.replace(src=(index.src[0], index.src[1], valid if len(index.src) < 3 else valid.alu(Ops.AND, index.src[2])))
+    gated: dict[UOp, UOp] = {}
+    for x in ast.toposort:
+        if x.op is Ops.INDEX and x.src[0].op is Ops.PARAM and new in ranges_in(x.src[1]): gated[x] = gate(x)
+    for st in [x for x in ast.toposort if x.op is Ops.STORE]:
+        if st.src[0] not in gated and new in free_ranges(st): gated[st.src[0]] = gate(st.src[0])
+    ast = ast.substitute(gated)
+    mapping: dict[UOp, UOp] = {}
+    for red in [x for x in ast.toposort if x.op is Ops.REDUCE and new in x.src[1:]]:
+        value = red.src[0].substitute(mapping) if mapping else red.src[0]
+        if not (red.arg is Ops.ADD and _zero_when_padded(value, new)):
+            value = valid.where(value, UOp.const(value.dtype, identity_value(red.arg, value.dtype)))
+        mapping[red] = red.replace(src=(value,) + red.src[1:])
+    return ast.substitute(mapping) if mapping else ast
+
+def _zero_when_padded(value: UOp, rng: UOp) -> bool:
+    """Is ``value`` exactly 0 whenever the loads whose address depends on ``rng`` read 0? (Only
+    through ops with f(0, 0) = 0: a constant, inf or NaN factor would make a padded step count.)"""
+    zero: dict[UOp, bool] = {}
+    for x in value.toposort:
+        if x.op is Ops.LOAD: z = rng in ranges_in(x.src[0])
+        elif x.op is Ops.CONST: z = x.arg == 0
+        elif x.op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.MAX, Ops.OR, Ops.XOR, Ops.MULACC): z = all(zero[s] for s in x.src)
+        elif x.op in (Ops.NEG, Ops.CAST, Ops.TRUNC, Ops.SQRT): z = zero[x.src[0]]
+        elif x.op is Ops.WHERE: z = zero[x.src[1]] and zero[x.src[2]]
+        else: z = False
+        zero[x] = z
+    return zero[value]
 
 def _unroll(ast: UOp, rng: UOp, amount: int) -> UOp:
     """Split reduce range r into (outer, lane): each REDUCE over r becomes a REDUCE over the lane
@@ -180,38 +345,101 @@ def _largest_divisor(size, options: tuple[int, ...]) -> int | None:
         if size % amount == 0 and size >= amount: return amount
     return None
 
+def ranges_in(expression: UOp) -> set[UOp]:
+    """The ranges an expression is computed from (a RANGE's own sources are its enclosing loops,
+    not inputs, so the walk doesn't descend into them)."""
+    found, stack, seen = set(), [expression], set()
+    while stack:
+        x = stack.pop()
+        if x in seen: continue
+        seen.add(x)
+        if x.op is Ops.RANGE: found.add(x)
+        else: stack.extend(x.src)
+    return found
+
+def _loads_depending_on(loads: list[UOp], rng: UOp) -> frozenset[UOp]:
+    """The loads whose address changes along ``rng`` (the others broadcast over it)."""
+    return frozenset(ld for ld in loads if rng in ranges_in(ld.src[0]))
+
+def _tile_amount(size, preferred: tuple[int, ...], limit: int) -> int | None:
+    """A preferred divisor of ``size``, else its largest divisor in 2..limit."""
+    if not isinstance(size, int): return None
+    if (amount := _largest_divisor(size, preferred)) is not None: return amount
+    return next((d for d in range(min(limit, size), 1, -1) if size % d == 0), None)
+
+def _register_tile(globals_: list[UOp], loads: list[UOp]) -> list[tuple[UOp, int]]:
+    """Pick the axes of a register tile for a reduce that reads several buffers (matmul, conv and
+    their gradients): (axis, amount) pairs, the innermost (vector) axis last.
+
+    An output element costs one multiply-add per reduce step; a tile of R x C outputs needs only
+    R + C loads per step when each load is broadcast along one tile axis. So the column (vector)
+    axis is the innermost output axis that some load doesn't depend on (the loads that do depend
+    on it are read contiguously), and the row axis is one that those column loads don't depend on.
+    A third axis fills the tile up to ~80 accumulators when the first two are short (conv kernels
+    with 5x5 windows). gcc unrolls a tile loop into registers only up to 16 iterations, so odd
+    column sizes stay at or below 16; 32 columns vectorize as two AVX-512 registers."""
+    depends = {g: _loads_depending_on(loads, g) for g in globals_ if isinstance(_size(g), int)}
+    broadcast_for = lambda g: frozenset(loads) - depends[g]
+    column = next((g for g in reversed(globals_) if g in depends and broadcast_for(g) and depends[g]), None)
+    if column is None: return []
+    column_amount = _tile_amount(_size(column), (32, 16, 8), 16)
+    if column_amount is None: return []
+    # rows: an axis the column's loads don't depend on, nearest the inside first
+    rows = [g for g in reversed(globals_) if g in depends and g is not column and not (depends[g] & depends[column])]
+    tile: list[tuple[UOp, int]] = []
+    # measured on AVX-512: 8 x 32 and 16 x 8 tiles; narrow odd columns (5, 10) do best near 80
+    budget = 256 // column_amount if column_amount >= 16 else 128 // column_amount if column_amount == 8 else 80 // column_amount
+    row_options = (16, 8, 4) if column_amount == 8 else (8, 4)
+    if rows and (row_amount := _tile_amount(_size(rows[0]), row_options, 8)) is not None and row_amount <= budget:
+        tile.append((rows[0], row_amount))
+        budget //= row_amount
+    # a third axis the tile's loads mostly share (conv windows, weight-gradient channels)
+    extras = [g for g in reversed(globals_) if g in depends and g is not column and all(g is not t for t, _ in tile)
+              and broadcast_for(g)]
+    for extra in extras if budget >= 2 and column_amount < 16 else []:
+        if (amount := _tile_amount(_size(extra), (), budget)) is not None:
+            tile.append((extra, amount))
+            break
+    return tile + [(column, column_amount)]
+
+def _as_opts(axes: list[UOp], choices: list[tuple[UOp, int, OptOps]]) -> list[Opt]:
+    """Turn (axis, amount, op) choices into Opts, following how axis numbers shift: a full-size
+    UPCAST/UNROLL removes its axis from the list."""
+    remaining, opts = list(axes), []
+    for rng, amount, op in choices:
+        index = remaining.index(rng)
+        opts.append(Opt(op, index, amount))
+        if amount == _size(rng): remaining.pop(index)
+    return opts
+
 def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
     """Defaults without search: register tiles for reduces with several outputs (matmul, conv),
-    partial-sum lanes for long reductions, and threads for big enough kernels."""
-    opts: list[Opt] = []
+    partial-sum lanes for long reductions, and threads for big enough kernels.
+
+    >>> # (a @ b) on 1024x1024 gets an 8 x 32 register tile and threads:
+    >>> # [Opt(UPCAST, 0, 8), Opt(UPCAST, 1, 32), Opt(THREAD, 0, 2)]
+    """
     axes = kernel_axes(ast)
     globals_ = [r for r in axes if r.arg[1] is not AxisType.REDUCE]
     reduces = [r for r in axes if r.arg[1] is AxisType.REDUCE]
     reduce_nodes = [x for x in ast.toposort if x.op is Ops.REDUCE]
     work = prod(_size(r) for r in axes) if all(isinstance(_size(r), int) for r in axes) else 0
-    # register tiles over nested reduces (a reduce inside another reduce's value) are miscompiled
-    # in some cases (wrong max-pool-over-conv results): keep those kernels untiled until fixed
-    nested = any(x.op is Ops.REDUCE for red in reduce_nodes for x in red.src[0].toposort if x is not red)
-    if reduce_nodes and reduces and len(reduce_nodes) <= 4 and not nested:
-        loads = [x for x in reduce_nodes[0].src[0].toposort if x.op is Ops.LOAD]
-        # matmul-like: a reduce reading two buffers, with at least two output dims
-        if len(globals_) >= 2 and len(loads) >= 2:
-            # the row tile first, then the contiguous column tile, which then runs innermost
-            last = len(globals_) - 1
-            # 8 rows x 32 columns = 16 AVX-512 accumulators (of 32 registers)
-            if (amount := _largest_divisor(_size(globals_[last - 1]), (8, 4, 3, 2))) is not None:
-                opts.append(Opt(OptOps.UPCAST, last - 1, amount))
-            if (amount := _largest_divisor(_size(globals_[last]), (32, 16, 8, 4))) is not None:
-                opts.append(Opt(OptOps.UPCAST, last, amount))
-
-        elif isinstance(_size(reduces[-1]), int) and _size(reduces[-1]) >= 64:
-            if (amount := _largest_divisor(_size(reduces[-1]), (16, 8, 4))) is not None:
-                opts.append(Opt(OptOps.UNROLL, len(axes) - 1, amount))
+    choices: list[tuple[UOp, int, OptOps]] = []
+    if reduce_nodes and reduces and len(reduce_nodes) <= 4:
+        loads = list(dict.fromkeys(x for x in reduce_nodes[0].src[0].toposort if x.op is Ops.LOAD))
+        tile = _register_tile(globals_, loads) if len(globals_) >= 2 and len(loads) >= 2 else []
+        if tile: choices += [(rng, amount, OptOps.UPCAST) for rng, amount in tile]
+        # a long reduction: partial sums in lanes (C can't reorder float adds into vectors itself)
+        elif all(isinstance(_size(r), int) for r in reduces) and prod(_size(r) for r in reduces) >= 64:
+            if (amount := _tile_amount(_size(reduces[-1]), (16, 8), 16)) is not None and amount >= 4:
+                choices.append((reduces[-1], amount, OptOps.UNROLL))
+    opts = _as_opts(axes, choices)
     threads = cpu_count()
     # threads pay off only when a kernel runs well above the cost of waking them (~tens of us)
     if getattr(renderer, "has_threads", False) and threads > 1 and globals_ and work >= getenv("THREAD_MIN_WORK", 1 << 20):
-        first = _size(globals_[0])
-        if isinstance(first, int) and first >= threads: opts.append(Opt(OptOps.THREAD, 0, threads))
+        first = next((g for g in globals_ if all(g is not c[0] or c[1] != _size(g) for c in choices)), None)
+        outer = _size(first) // next((c[1] for c in choices if c[0] is first), 1) if first is not None and isinstance(_size(first), int) else 0
+        if first is globals_[0] and outer >= threads: opts.append(Opt(OptOps.THREAD, 0, threads))
     return opts
 
 def optimize_kernel(ast: UOp, renderer, opts: list | None = None) -> tuple[UOp, tuple]:

@@ -16,12 +16,23 @@ from fusegrad.uop.ops import UOp, Ops, pretty_print
 from fusegrad.codegen.opt import Opt, OptOps, KernelOptError, apply_opt, kernel_axes, cpu_count, hand_coded_optimizations
 
 def candidate_actions(ast: UOp, renderer) -> list[Opt]:
-    """Every action worth trying on this kernel (legality is checked when applying)."""
-    n_axes = len(kernel_axes(ast))
+    """Every action worth trying on this kernel (legality is checked when applying). Workgroup
+    actions (LOCAL, GROUP, GROUPTOP, NOLOCALS) are offered only to renderers with locals; PADTO
+    only for axes whose size 32 doesn't already divide."""
+    axes = kernel_axes(ast)
+    n_axes = len(axes)
     actions = [Opt(OptOps.UPCAST, axis, amount) for axis in range(min(n_axes, 6)) for amount in (2, 3, 4, 8, 16, 32)]
     actions += [Opt(OptOps.UNROLL, axis, amount) for axis in range(min(n_axes, 6)) for amount in (4, 8, 16)]
     actions += [Opt(OptOps.SWAP, axis, other) for axis in range(min(n_axes, 4)) for other in range(axis + 1, min(n_axes, 4))]
     if getattr(renderer, "has_threads", False) and cpu_count() > 1: actions.append(Opt(OptOps.THREAD, 0, cpu_count()))
+    if renderer.has_local:
+        actions += [Opt(OptOps.LOCAL, axis, amount) for axis in range(min(n_axes, 5)) for amount in (2, 3, 4, 8, 13, 16, 29, 32)]
+        if renderer.has_shared:
+            actions += [Opt(OptOps.GROUPTOP, axis, amount) for axis in range(min(n_axes, 5)) for amount in (13, 16, 28, 29, 32, 49, 64, 256)]
+            actions += [Opt(OptOps.GROUP, axis, amount) for axis in range(min(n_axes, 5)) for amount in (0, 4, 8, 16)]
+        actions.append(Opt(OptOps.NOLOCALS))
+    actions += [Opt(OptOps.PADTO, axis, 32) for axis, r in enumerate(axes[:7])
+                if isinstance(size := r.src[0].arg if r.src[0].op is Ops.CONST else None, int) and size % 32 != 0 and size > 8]
     return actions
 
 def _render(ast: UOp, renderer, opts: list[Opt]):

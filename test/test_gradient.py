@@ -1,0 +1,268 @@
+"""Autograd through realized tensors (fusegrad/gradient.py, Tensor.backward/gradient/realize),
+checked against PyTorch.
+
+Realizing a tensor swaps its graph for a buffer; the graph is kept as the buffer's origin when it
+depends on a tensor with requires_grad=True, so backward() after .numpy()/.item()/.realize()
+gives the same gradients as PyTorch."""
+import gc, weakref
+import numpy as np
+import pytest
+import torch
+from fusegrad import Tensor, GlobalCounters
+from fusegrad.gradient import origin_of
+from fusegrad.uop.ops import Ops
+
+def _randn(rng, *shape) -> np.ndarray: return rng.standard_normal(shape).astype(np.float32)
+
+def _close(t: Tensor, expected, tol: float = 1e-5) -> None:
+    assert t is not None, "no gradient"
+    np.testing.assert_allclose(t.numpy(), expected.detach().numpy() if isinstance(expected, torch.Tensor) else expected, rtol=tol, atol=tol)
+
+# ---------------------------------------------------------------- realize, then backward
+
+@pytest.mark.parametrize("realize", ["numpy", "realize", "tolist", "static_realize"])
+def test_backward_after_realize(realize):
+    x = Tensor([1., 2., 3.], requires_grad=True)
+    y = (x * 2).exp()
+    if realize == "numpy": np.testing.assert_allclose(y.numpy(), np.exp([2., 4., 6.]), rtol=1e-6)
+    elif realize == "realize": y.realize()
+    elif realize == "tolist": y.tolist()
+    else: Tensor.realize(y)
+    assert y.uop.base.op is Ops.BUFFER   # y really is a buffer now
+    y.sum().backward()
+    tx = torch.tensor([1., 2., 3.], requires_grad=True)
+    (tx * 2).exp().sum().backward()
+    _close(x.grad, tx.grad)
+
+def test_gradient_after_realize():
+    x = Tensor([0.5, -1.0, 2.0], requires_grad=True)
+    y = x.sigmoid() * x
+    y.realize()
+    dx, = y.sum().gradient(x)
+    tx = torch.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    (tx.sigmoid() * tx).sum().backward()
+    _close(dx, tx.grad)
+
+def _mlp_data(rng):
+    return _randn(rng, 8, 5), _randn(rng, 5, 6), _randn(rng, 6, 3), rng.integers(0, 3, 8).astype(np.int32)
+
+def _torch_mlp(xn, w1n, w2n, yn):
+    w1, w2 = torch.tensor(w1n, requires_grad=True), torch.tensor(w2n, requires_grad=True)
+    h = (torch.tensor(xn) @ w1).relu()
+    loss = torch.nn.functional.cross_entropy(h @ w2, torch.tensor(yn.astype(np.int64)))
+    loss.backward()
+    return loss, w1.grad, w2.grad
+
+def test_realize_intermediate_then_loss_backward(rng):
+    xn, w1n, w2n, yn = _mlp_data(rng)
+    w1, w2 = Tensor(w1n, requires_grad=True), Tensor(w2n, requires_grad=True)
+    h = (Tensor(xn) @ w1).relu()
+    h.realize()
+    loss = (h @ w2).sparse_categorical_crossentropy(Tensor(yn))
+    loss.backward()
+    tloss, tg1, tg2 = _torch_mlp(xn, w1n, w2n, yn)
+    _close(loss, tloss)
+    _close(w1.grad, tg1)
+    _close(w2.grad, tg2)
+
+def test_realize_intermediate_squared_loss(rng):
+    xn, wn = _randn(rng, 4, 5), _randn(rng, 5, 3)
+    w = Tensor(wn, requires_grad=True)
+    h = (Tensor(xn) @ w).relu()
+    h.realize()
+    (h * h).sum().backward()
+    tw = torch.tensor(wn, requires_grad=True)
+    th = (torch.tensor(xn) @ tw).relu()
+    (th * th).sum().backward()
+    _close(w.grad, tw.grad, 1e-4)
+
+def test_loss_item_then_backward(rng):
+    # the common training-loop pattern: print the loss, then backward
+    xn, w1n, w2n, yn = _mlp_data(rng)
+    w1, w2 = Tensor(w1n, requires_grad=True), Tensor(w2n, requires_grad=True)
+    loss = (Tensor(xn) @ w1).relu().__matmul__(w2).sparse_categorical_crossentropy(Tensor(yn))
+    value = loss.item()
+    loss.backward()
+    tloss, tg1, tg2 = _torch_mlp(xn, w1n, w2n, yn)
+    assert value == pytest.approx(tloss.item(), rel=1e-5)
+    _close(w1.grad, tg1)
+    _close(w2.grad, tg2)
+
+def test_numpy_of_several_intermediates(rng):
+    xn, wn = _randn(rng, 3, 4), _randn(rng, 4, 4)
+    x, w = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True)
+    a = x @ w
+    b = a.tanh()
+    c = (b * x).exp()
+    tx, tw = torch.tensor(xn, requires_grad=True), torch.tensor(wn, requires_grad=True)
+    ta = tx @ tw
+    tb = ta.tanh()
+    tc = (tb * tx).exp()
+    for t, tt in ((a, ta), (b, tb), (c, tc)): _close(t, tt)   # realizes each one by one
+    (c.sum() + b.mean()).backward()
+    (tc.sum() + tb.mean()).backward()
+    _close(x.grad, tx.grad, 1e-4)
+    _close(w.grad, tw.grad, 1e-4)
+
+def test_static_realize_of_two(rng):
+    xn = _randn(rng, 5)
+    x = Tensor(xn, requires_grad=True)
+    a, b = x.sin(), (x * x).log()
+    Tensor.realize(a, b)
+    (a * b).sum().backward()
+    tx = torch.tensor(xn, requires_grad=True)
+    (tx.sin() * (tx * tx).log()).sum().backward()
+    _close(x.grad, tx.grad, 1e-4)
+
+def test_implicitly_realized_tensor(rng):
+    # y is realized as a stored intermediate of z's schedule (the becomes map replaces y too)
+    xn, wn = _randn(rng, 4, 3), _randn(rng, 3, 3)
+    w = Tensor(wn, requires_grad=True)
+    y = Tensor(xn) @ w
+    z = y.exp().sum() + (y * 2).max()    # two reduces read y: the schedule stores it
+    z.realize()
+    assert y.uop.base.op is Ops.BUFFER
+    (y * y).sum().backward()
+    tw = torch.tensor(wn, requires_grad=True)
+    ty = torch.tensor(xn) @ tw
+    (ty * ty).sum().backward()
+    _close(w.grad, tw.grad, 1e-4)
+
+def test_lazy_consumer_of_realized_tensor():
+    # z was built before y was realized: its graph now reads y's buffer
+    x = Tensor([1., 2.], requires_grad=True)
+    y = x * x
+    z = y + 1
+    y.realize()
+    assert y.uop in z.uop.toposort or y.uop.base in z.uop.toposort
+    z.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [2., 4.])
+
+def test_grads_accumulate_with_realize_between():
+    x = Tensor([1., 2., 3.], requires_grad=True)
+    y = x * x
+    y.realize()
+    y.sum().backward()
+    x.grad.realize()
+    y2 = (x * 3).realize()
+    y2.sum().backward()
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * (2 * np.array([1., 2., 3.])) + 3, rtol=1e-6)
+
+def test_training_loop_with_item_matches_torch(rng):
+    from fusegrad.nn.optim import SGD
+    xn, w1n, w2n, yn = _mlp_data(rng)
+    w1, w2 = Tensor(w1n, requires_grad=True), Tensor(w2n, requires_grad=True)
+    opt = SGD([w1, w2], lr=0.1)
+    tw1, tw2 = torch.tensor(w1n, requires_grad=True), torch.tensor(w2n, requires_grad=True)
+    topt = torch.optim.SGD([tw1, tw2], lr=0.1)
+    with Tensor.train():
+        for _ in range(3):
+            opt.zero_grad()
+            loss = (Tensor(xn) @ w1).relu().__matmul__(w2).sparse_categorical_crossentropy(Tensor(yn))
+            value = loss.item()
+            loss.backward()
+            opt.step()
+            topt.zero_grad()
+            tloss = torch.nn.functional.cross_entropy((torch.tensor(xn) @ tw1).relu() @ tw2, torch.tensor(yn.astype(np.int64)))
+            tloss.backward()
+            topt.step()
+            assert value == pytest.approx(tloss.item(), rel=1e-5)
+    _close(w1, tw1, 1e-4)
+    _close(w2, tw2, 1e-4)
+
+# ---------------------------------------------------------------- what still stops gradients
+
+def test_detach_of_realized_tensor_stops_gradient():
+    x = Tensor([1., 2., 3.], requires_grad=True)
+    y = (x * 2).realize()
+    z = y.detach() * 3 + y
+    z.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [2., 2., 2.])   # only through y, not through the detached copy
+
+def test_realized_detach_stops_gradient():
+    x = Tensor([1., 2., 3.], requires_grad=True)
+    d = (x * 2).detach().realize()
+    assert origin_of(d.uop.base) is None
+    (d * x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [2., 4., 6.])   # d is a constant: d(d*x)/dx = d
+
+def test_requires_grad_false_stops_gradient():
+    x = Tensor([1., 2.], requires_grad=False)
+    w = Tensor([3., 4.], requires_grad=True)
+    y = (x * w).realize()
+    y.sum().backward()
+    assert x.grad is None
+    np.testing.assert_allclose(w.grad.numpy(), [1., 2.])
+
+def test_no_grad_records_nothing():
+    x = Tensor([1., 2.], requires_grad=True)
+    previous = Tensor.no_grad
+    Tensor.no_grad = True
+    try: y = (x * 2).realize()
+    finally: Tensor.no_grad = previous
+    assert origin_of(y.uop.base) is None
+    y.sum().backward()
+    assert x.grad is None
+
+# ---------------------------------------------------------------- memory and work
+
+def test_no_grad_path_keeps_no_graph():
+    x = Tensor([1., 2., 3.])   # requires_grad not set: nothing to differentiate
+    y = (x * 2).exp()
+    graph = weakref.ref(y.uop)
+    y.realize()
+    gc.collect()
+    assert graph() is None
+    assert origin_of(y.uop.base) is None
+
+def test_grad_path_graph_freed_with_tensor():
+    x = Tensor([1., 2., 3.], requires_grad=True)
+    y = (x * 2).exp()
+    graph = weakref.ref(y.uop)
+    y.realize()
+    gc.collect()
+    assert graph() is not None   # kept for backward while y lives
+    del y
+    gc.collect()
+    assert graph() is None       # and freed with it
+
+def _ast_ops(t: Tensor) -> tuple[int, set]:
+    items = t.schedule()
+    return len(items), {u.op for item in items for u in item.ast.toposort}
+
+def test_backward_reads_realized_value():
+    # d exp(2x)/dx = 2 exp(2x): the gradient kernel reads exp(2x) from y's buffer, it doesn't recompute it
+    x = Tensor([1., 2., 3.], requires_grad=True)
+    y = (x * 2).exp().realize()
+    y.sum().backward()
+    kernels, ops = _ast_ops(x.grad)
+    assert kernels == 1 and Ops.EXP2 not in ops
+
+def _mlp_grad_kernels(rng, realize_loss: bool) -> tuple[int, int]:
+    xn, w1n, w2n, yn = _mlp_data(rng)
+    w1, w2 = Tensor(w1n, requires_grad=True), Tensor(w2n, requires_grad=True)
+    loss = (Tensor(xn) @ w1).relu().__matmul__(w2).sparse_categorical_crossentropy(Tensor(yn))
+    GlobalCounters.reset()
+    if realize_loss: loss.item()
+    forward = GlobalCounters.kernel_count
+    loss.backward()
+    GlobalCounters.reset()
+    Tensor.realize(w1.grad, w2.grad)
+    return forward, GlobalCounters.kernel_count
+
+def test_backward_after_item_reuses_forward_kernels(rng):
+    _, together = _mlp_grad_kernels(rng, realize_loss=False)   # forward + backward in one schedule
+    forward, backward = _mlp_grad_kernels(rng, realize_loss=True)
+    assert forward >= 2
+    # the stored forward values (the loss's reductions) are read, so the backward alone costs less than
+    # forward and backward from scratch (a hidden activation the forward fused away is recomputed)
+    assert backward < together
+
+def test_assign_to_lazy_param_keeps_no_graph():
+    # assign() gives a lazy target a buffer first; the old value is overwritten, so no graph is kept for it
+    w = (Tensor.ones(3) * 2).requires_grad_()
+    w.assign(Tensor([1., 2., 3.])).realize()
+    assert origin_of(w.uop.base) is None
+    (w * w).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), [2., 4., 6.])
