@@ -115,16 +115,24 @@ _ORIGINS: "weakref.WeakKeyDictionary[UOp, UOp]" = weakref.WeakKeyDictionary()
 
 def origin_of(buffer: UOp) -> UOp | None:
     """The lazy graph a realized BUFFER uop was computed from, if it was kept for autograd."""
-    return _ORIGINS.get(buffer) if buffer.op is Ops.BUFFER else None
+    return _ORIGINS.get(buffer) if buffer.op in (Ops.BUFFER, Ops.MULTI) else None
 
-def _is_new_buffer_view(node: UOp, new: UOp, seen: dict) -> bool:
+def _is_new_buffer_view(node: UOp, new: UOp, seen: dict, shape: tuple | None = None) -> bool:
     """Does ``node`` now live in a buffer this schedule created (not an assign target, a constant or
     an existing buffer it simplified to)? Only those buffers get an origin: an existing buffer
     already has its own identity (a parameter, say), and recording one would make a cycle.
     ``seen`` holds the old-graph nodes walked so far: an existing buffer is among them, a new one not."""
+    if new.op is Ops.MULTI:   # a sharded value: one new buffer per device
+        return node.op is not Ops.ASSIGN and all(_is_new_buffer_view(node, shard, seen, shard.shape) for shard in new.src)
     if node.op is Ops.ASSIGN or new.op not in (Ops.BUFFER, Ops.RESHAPE) or new.base.op is not Ops.BUFFER: return False
-    if new.base in seen or not all(isinstance(s, int) for s in node.shape): return False
-    return new.base.arg[2] == math.prod(node.shape) > 0
+    shape = node.shape if shape is None else shape
+    if new.base in seen or not all(isinstance(s, int) for s in shape): return False
+    return new.base.arg[2] == math.prod(shape) > 0
+
+def _views_existing_buffers(new: UOp, seen: dict) -> bool:
+    """Is ``new`` only a view of buffers among ``seen`` (the old graph), per shard for MULTI?"""
+    parts = new.src if new.op is Ops.MULTI else (new,)
+    return all(p.base.op is Ops.BUFFER and p.base in seen for p in parts)
 
 def record_origins(becomes: dict[UOp, UOp], graphs: list[UOp], grad_leaves: set[UOp], live: list[UOp]) -> list[UOp]:
     """Remember the graph behind the buffers in ``becomes`` (the scheduler's node -> buffer view
@@ -146,7 +154,9 @@ def record_origins(becomes: dict[UOp, UOp], graphs: list[UOp], grad_leaves: set[
             srcs = tuple(substituted[s] for s in node.src)
             reaches[node] = (node.op is Ops.BUFFER and node in _ORIGINS) or \
                 (node.op is not Ops.DETACH and any(s in grad_leaves or reaches[s] for s in node.src))
-            if (new := becomes.get(node)) is None:
+            if (new := becomes.get(node)) is None or _views_existing_buffers(new, reaches):
+                # (a view of buffers the graph already had, such as a reshaped parameter, stays as it
+                # was: the parameter must remain visible to backward as itself)
                 substituted[node] = node if srcs == node.src else node.replace(src=srcs)
                 continue
             substituted[node] = new

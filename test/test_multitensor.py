@@ -238,6 +238,18 @@ def test_gradients_match_torch(rng):
     np.testing.assert_allclose(W.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(B.grad.numpy(), tb.grad.numpy(), rtol=1e-4, atol=1e-6)
 
+def test_gradient_through_realized_sharded_intermediate(rng):
+    # realizing a sharded activation (printing it, say) keeps its graph for backward
+    a, w = data(rng, 4, 3), data(rng, 3, 5)
+    W = Tensor(w, requires_grad=True).shard_(D2).realize()
+    h = (Tensor(a).shard(D2, 0) @ W).relu()
+    h.realize()
+    (h * h).sum().backward()
+    tw = torch.tensor(w, requires_grad=True)
+    ((torch.tensor(a) @ tw).relu() ** 2).sum().backward()
+    assert W.grad is not None and W.grad.device == D2
+    np.testing.assert_allclose(W.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-6)
+
 def test_gradient_through_shard(rng):
     a = data(rng, 4, 6)
     x = Tensor(a, requires_grad=True)
