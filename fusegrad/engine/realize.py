@@ -4,7 +4,7 @@ keep ``GlobalCounters`` and the DEBUG output.
 ``capturing`` holds hooks (the JIT) that see every ExecItem as it runs.
 """
 from __future__ import annotations
-import dataclasses, time
+import concurrent.futures, dataclasses, os, time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from fusegrad.device import Device, Buffer
@@ -108,9 +108,33 @@ def lower_schedule_item(item) -> ExecItem:
         return ExecItem(BufferCopy(bufs[0].nbytes, bufs[0].device, bufs[1].device), bufs, dict(item.var_vals))
     return ExecItem(get_runner(bufs[0].device, item.ast), bufs, dict(item.var_vals))
 
+_compile_pool: "concurrent.futures.ThreadPoolExecutor | None" = None
+
+def precompile(schedule: list) -> None:
+    """Generate and compile every kernel of ``schedule`` not in the method cache yet. Code generation
+    runs here (Python) while the C compiler processes run in a thread pool, several at once, so a
+    first training step compiles its dozens of kernels in parallel instead of one after another."""
+    global _compile_pool
+    from fusegrad.codegen import get_program
+    todo: dict[tuple, tuple[str, UOp]] = {}
+    for item in schedule:
+        if item.ast.op is Ops.COPY: continue
+        device = item.buffer_uops[0].arg[1]
+        shared_key = (_device_base(device), item.ast, (BEAM.value, NOOPT.value))
+        if shared_key not in method_cache: todo.setdefault(shared_key, (device, item.ast))
+    if len(todo) < 2: return   # nothing to overlap: get_runner compiles it
+    if _compile_pool is None: _compile_pool = concurrent.futures.ThreadPoolExecutor(max(1, os.cpu_count() or 1))
+    pending = []
+    for shared_key, (device, ast) in todo.items():
+        program = dataclasses.replace(get_program(ast, Device[device].renderer), device=device)
+        pending.append((shared_key, program, _compile_pool.submit(Device[device].compiler.compile_cached, program.src)))
+    for shared_key, program, lib in pending:
+        method_cache[shared_key] = CompiledRunner(program, precompiled=lib.result())
+
 def run_schedule(schedule: list, var_vals: dict[UOp, int] | None = None, do_update_stats: bool = True) -> None:
     """Run every item in order."""
     if DEBUG >= 1 and schedule: print(f"realize: running {len(schedule)} kernel{'s' if len(schedule) != 1 else ''}")
+    precompile(schedule)
     for item in schedule:
         exec_item = lower_schedule_item(item)
         for hook in capturing: hook(exec_item)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fusegrad.dtype import dtypes, DType
 from fusegrad.helpers import prod
-from fusegrad.uop.ops import UOp, Ops, GroupOp, AxisType, sint_to_uop
+from fusegrad.uop.ops import UOp, Ops, GroupOp, AxisType, sint_to_uop, graph_rewrite_memo
 
 def strides_for_shape(shape: tuple) -> tuple:
     """Row-major strides: ``strides_for_shape((2, 3, 4)) == (12, 4, 1)``."""
@@ -61,6 +61,7 @@ class KernelBuilder:
     memo: dict[tuple, UOp] = field(default_factory=dict)
     raw_reads: set[UOp] = field(default_factory=set)   # buffers read as they were before this schedule
     reduce_ranges: dict[tuple, tuple[UOp, ...]] = field(default_factory=dict)
+    simplified: dict[UOp, UOp] = field(default_factory=dict)        # symbolic rewrites of index math so far
 
     def new_range(self, size, kind: AxisType, parents: tuple[UOp, ...] = ()) -> UOp:
         """A new loop. ``parents`` are the loops it runs inside; they ride along as extra sources so
@@ -91,7 +92,7 @@ class KernelBuilder:
             # simplified, so the same element reached through different reshapes (a conv's output and
             # its bias-added view in one multi-output kernel) has the same indices: one memo entry, and
             # one reduce loop instead of two
-            return tuple(i.simplify() for i in unflatten_index(flat_index(idxs, node.shape), src_shape)), valid, None
+            return tuple(self.simplify(i) for i in unflatten_index(flat_index(idxs, node.shape), src_shape)), valid, None
         if node.op is Ops.PERMUTE:
             src_idxs: list[UOp] = [None] * len(idxs)  # type: ignore[list-item]
             for out_axis, src_axis in enumerate(node.arg): src_idxs[src_axis] = idxs[out_axis]
@@ -114,6 +115,13 @@ class KernelBuilder:
                 new_idxs.append(i - before)
             return tuple(new_idxs), _and(valid, gate), gate
         raise AssertionError(f"{node.op} is not a movement op")
+
+    def simplify(self, index: UOp) -> UOp:
+        """``index.simplify()``, sharing one memo across the kernel (indices grow from earlier ones)."""
+        from fusegrad.uop.symbolic import symbolic
+        result = graph_rewrite_memo(index, symbolic, memo=self.simplified)[index]
+        self.simplified.setdefault(result, result)   # a fixed point: later indices built on it stop here
+        return result
 
     # ---------------------------------------------------------------- values
     def lower(self, node: UOp, idxs: tuple[UOp, ...], valid: UOp | None) -> UOp:

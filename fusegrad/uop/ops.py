@@ -596,9 +596,12 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, replace_map: d
     ``replace_map`` substitutes nodes before any rule runs."""
     return graph_rewrite_memo(root, pm, ctx, replace_map)[root]
 
-def graph_rewrite_memo(root: UOp, pm: PatternMatcher, ctx: Any = None, replace_map: dict[UOp, UOp] | None = None) -> dict[UOp, UOp]:
-    """Like graph_rewrite, but returns what every node of the graph was rewritten to."""
-    done: dict[UOp, UOp] = dict(replace_map) if replace_map else {}
+def graph_rewrite_memo(root: UOp, pm: PatternMatcher, ctx: Any = None, replace_map: dict[UOp, UOp] | None = None,
+                       memo: dict[UOp, UOp] | None = None) -> dict[UOp, UOp]:
+    """Like graph_rewrite, but returns what every node of the graph was rewritten to. ``memo``, if
+    given, is that map from earlier rewrites with the same rules: it is used and extended in place,
+    so repeated rewrites of growing expressions (index math) don't walk the old parts again."""
+    done: dict[UOp, UOp] = memo if memo is not None else dict(replace_map) if replace_map else {}
     stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
     while stack:
         node, stage, pending = stack.pop()
