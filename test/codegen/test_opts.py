@@ -81,6 +81,45 @@ def test_heuristic_matches_unoptimized(device="CPU"):
         opts = hand_coded_optimizations(item.ast, Device[device].renderer)
         np.testing.assert_allclose(_run(item, opts, device), _run(item, [], device), rtol=1e-5, atol=1e-5, err_msg=name)
 
+def _conv_kernels(device):
+    """Every kernel of a conv2d forward and backward (input and weight gradients), inputs realized."""
+    from fusegrad.engine.realize import lower_schedule_item
+    rng = np.random.default_rng(3)
+    x = Tensor(rng.standard_normal((4, 8, 12, 12)).astype(np.float32), device=device).realize()
+    w = Tensor(rng.standard_normal((16, 8, 5, 5)).astype(np.float32), device=device, requires_grad=True).realize()
+    xg = Tensor(x.numpy(), device=device, requires_grad=True).realize()
+    out = xg.conv2d(w).relu()
+    dx, dw = (out * out).sum().gradient(xg, w)
+    items = Tensor.schedule(dx, dw)
+    kernels = []
+    for item in items:
+        if item.ast.op is Ops.SINK: kernels.append(item)
+        lower_schedule_item(item).run()
+    return kernels
+
+def _opts_on(ast, device):
+    from fusegrad.uop.ops import graph_rewrite
+    from fusegrad.uop.symbolic import symbolic
+    return hand_coded_optimizations(graph_rewrite(ast, symbolic), Device[device].renderer)
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_heuristic_conv_kernels_match_unoptimized(device):
+    tiled = 0
+    for item in _conv_kernels(device):
+        opts = _opts_on(item.ast, device)
+        tiled += sum(o.op is OptOps.UPCAST for o in opts) >= 2
+        np.testing.assert_allclose(_run(item, opts, device), _run(item, [], device), rtol=1e-4, atol=1e-4, err_msg=str(opts))
+    assert tiled >= 2    # the forward conv and the input/weight gradients get register tiles
+
+def test_heuristic_register_tile_shapes():
+    # matmul: 8 rows (a's rows) x 32 columns (b's contiguous columns)
+    a, b = Tensor.ones(64, 96).contiguous().realize(), Tensor.ones(96, 128).contiguous().realize()
+    assert _opts_on((a @ b).schedule()[-1].ast, "CPU")[:2] == [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 32)]
+    # conv forward (b, cout, y, x): output channels outermost, two output rows, 8 columns innermost
+    x, w = Tensor.ones(2, 8, 10, 10).contiguous().realize(), Tensor.ones(32, 8, 3, 3).contiguous().realize()
+    opts = _opts_on(x.conv2d(w).schedule()[-1].ast, "CPU")
+    assert opts[:3] == [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 2, 2), Opt(OptOps.UPCAST, 3, 8)]
+
 @pytest.mark.parametrize("opt, message", [
     (Opt(OptOps.UPCAST, 0, 5), "doesn't divide"),
     (Opt(OptOps.UPCAST, 2, 4), "UNROLL"),            # axis 2 is the reduce

@@ -372,34 +372,35 @@ def _register_tile(globals_: list[UOp], loads: list[UOp]) -> list[tuple[UOp, int
     their gradients): (axis, amount) pairs, the innermost (vector) axis last.
 
     An output element costs one multiply-add per reduce step; a tile of R x C outputs needs only
-    R + C loads per step when each load is broadcast along one tile axis. So the column (vector)
-    axis is the innermost output axis that some load doesn't depend on (the loads that do depend
-    on it are read contiguously), and the row axis is one that those column loads don't depend on.
-    A third axis fills the tile up to ~80 accumulators when the first two are short (conv kernels
-    with 5x5 windows). gcc unrolls a tile loop into registers only up to 16 iterations, so odd
-    column sizes stay at or below 16; 32 columns vectorize as two AVX-512 registers."""
+    R + C loads per step when each load is broadcast along one tile axis. So:
+    - the column (vector) axis is the innermost output axis that some load doesn't depend on (the
+      loads that do depend on it are read contiguously);
+    - a neighbour axis with the same loads (a conv's output row next to its column, or the kernel
+      row next to the kernel column in a weight gradient) adds a few rows: their input windows
+      overlap, so the compiler reuses loads between them;
+    - the row axis is one that the column's loads don't depend on (output channels).
+    Tile sizes were measured on AVX-512 (2 cores): up to 256 accumulators when the column is a
+    multiple of 8 lanes, about 100-160 otherwise. gcc unrolls a tile loop into registers only up to
+    16 iterations, so odd column sizes stay at or below 16; 32 columns are two AVX-512 registers."""
     depends = {g: _loads_depending_on(loads, g) for g in globals_ if isinstance(_size(g), int)}
-    broadcast_for = lambda g: frozenset(loads) - depends[g]
-    column = next((g for g in reversed(globals_) if g in depends and broadcast_for(g) and depends[g]), None)
-    if column is None: return []
-    column_amount = _tile_amount(_size(column), (32, 16, 8), 16)
-    if column_amount is None: return []
-    # rows: an axis the column's loads don't depend on, nearest the inside first
-    rows = [g for g in reversed(globals_) if g in depends and g is not column and not (depends[g] & depends[column])]
+    column = next((g for g in reversed(globals_) if g in depends and depends[g] and frozenset(loads) - depends[g]), None)
+    if column is None or (column_amount := _tile_amount(_size(column), (32, 16, 8), 16)) is None: return []
+    budget = (256 if column_amount % 8 == 0 else 160) // column_amount
+    # loops nest in the order chosen here: rows outside, then the neighbour, the column innermost
+    # (measured: the other order of rows and neighbour is 2-4x slower)
     tile: list[tuple[UOp, int]] = []
-    # measured on AVX-512: 8 x 32 and 16 x 8 tiles; narrow odd columns (5, 10) do best near 80
-    budget = 256 // column_amount if column_amount >= 16 else 128 // column_amount if column_amount == 8 else 80 // column_amount
-    row_options = (16, 8, 4) if column_amount == 8 else (8, 4)
-    if rows and (row_amount := _tile_amount(_size(rows[0]), row_options, 8)) is not None and row_amount <= budget:
-        tile.append((rows[0], row_amount))
-        budget //= row_amount
-    # a third axis the tile's loads mostly share (conv windows, weight-gradient channels)
-    extras = [g for g in reversed(globals_) if g in depends and g is not column and all(g is not t for t, _ in tile)
-              and broadcast_for(g)]
-    for extra in extras if budget >= 2 and column_amount < 16 else []:
-        if (amount := _tile_amount(_size(extra), (), budget)) is not None:
-            tile.append((extra, amount))
-            break
+    neighbour = next((g for g in reversed(globals_) if g in depends and g is not column and depends[g] == depends[column]), None)
+    if neighbour is not None and (amount := _tile_amount(_size(neighbour), (), 2 if column_amount >= 6 else 5)) is not None \
+            and amount <= budget // 4:
+        budget //= amount
+    else: neighbour = None
+    rows = [g for g in reversed(globals_) if g in depends and g is not column and not (depends[g] & depends[column])]
+    row_options = (16, 8, 4) if column_amount % 8 == 0 else (8, 4)
+    if rows:
+        size = _size(rows[0])
+        row_amount = next((a for a in row_options if a <= budget and size % a == 0), None) or _tile_amount(size, (), min(budget, 8))
+        if row_amount is not None: tile.append((rows[0], row_amount))
+    if neighbour is not None: tile.append((neighbour, amount))
     return tile + [(column, column_amount)]
 
 def _as_opts(axes: list[UOp], choices: list[tuple[UOp, int, OptOps]]) -> list[Opt]:
