@@ -112,9 +112,11 @@ def test_heuristic_conv_kernels_match_unoptimized(device):
     assert tiled >= 2    # the forward conv and the input/weight gradients get register tiles
 
 def test_heuristic_register_tile_shapes():
-    # matmul: 8 rows (a's rows) x 32 columns (b's contiguous columns)
+    # matmul: 8 rows (a's rows) x 32 columns (b's contiguous columns), then the column loop moves
+    # outside the row loop (a is streamed once per column tile instead of b once per row tile)
     a, b = Tensor.ones(64, 96).contiguous().realize(), Tensor.ones(96, 128).contiguous().realize()
-    assert _opts_on((a @ b).schedule()[-1].ast, "CPU")[:2] == [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 32)]
+    assert _opts_on((a @ b).schedule()[-1].ast, "CPU")[:3] == [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 32),
+                                                               Opt(OptOps.SWAP, 0, 1)]
     # conv forward (b, cout, y, x): output channels outermost, two output rows, 8 columns innermost
     x, w = Tensor.ones(2, 8, 10, 10).contiguous().realize(), Tensor.ones(32, 8, 3, 3).contiguous().realize()
     opts = _opts_on(x.conv2d(w).schedule()[-1].ast, "CPU")
