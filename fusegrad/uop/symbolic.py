@@ -276,6 +276,18 @@ def _div_const(x: UOp, c: UOp) -> UOp | None:
         if split is _split_nearest and not -d < rem.vmin <= rem.vmax < d: continue
         if (rem.vmin >= 0) if nonneg else (rem.vmax <= 0):
             return _build_sum(q_terms, q_const, x.dtype) + rem // UOp.const(x.dtype, d)
+    return _div_drop_small_terms(terms, const, d, x)
+
+def _div_drop_small_terms(terms: dict[UOp, int], const: int, d: int, x: UOp) -> UOp | None:
+    """(g*y + r) // (g*e) == y // e when 0 <= r < g (and x >= 0): r can't carry into a multiple of
+    g. ``(20*row + col) // 40`` with col < 20 is ``row // 2``, the index of a 2x2 pool window."""
+    if x.vmin < 0: return None
+    for g in sorted({math.gcd(d, k) for k in terms.values()} - {1, d}, reverse=True):
+        big = {b: k // g for b, k in terms.items() if k % g == 0}
+        if not big or len(big) == len(terms) and const % g == 0: continue
+        small = _build_sum({b: k for b, k in terms.items() if k % g != 0}, const, x.dtype)
+        if 0 <= small.vmin and small.vmax < g and _build_sum(big, 0, x.dtype).vmin >= 0:
+            return _build_sum(big, 0, x.dtype) // UOp.const(x.dtype, d // g)
     return None
 
 def _mod_const(x: UOp, c: UOp) -> UOp | None:

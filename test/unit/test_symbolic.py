@@ -111,6 +111,16 @@ class TestDivMod(unittest.TestCase):
         wide = UOp.variable("w", 0, 40) * 25 + b * 795 + 24
         for env in ({"w": 40, "b": 0}, {"w": 0, "b": 4}, {"w": 31, "b": 3}):
             self.assertEqual(evaluate(simplify(wide // 800), env)[0], (env["w"] * 25 + env["b"] * 795 + 24) // 800)
+    def test_div_drops_terms_below_a_common_factor(self):
+        # the 2x2 pool window of a flat (row, col) index: (20*row + col) // 40 == row // 2 for col < 20
+        row, col, ch = UOp.variable("row", 0, 19), UOp.variable("col", 0, 19), UOp.variable("ch", 0, 7)
+        self.assertIs(simplify((row * 20 + col) // 40), simplify(row // 2))
+        self.assertIs(simplify((ch * 80 + row * 20 + col) // 40), simplify(ch * 2 + row // 2))
+        # col may reach 20 here: no fold, and the value stays right
+        wide = UOp.variable("wide", 0, 25)
+        e = simplify((row * 20 + wide) // 40)
+        for r, w in ((1, 20), (1, 19), (3, 25), (0, 25)):
+            self.assertEqual(evaluate(e, {"row": r, "wide": w})[0], (20 * r + w) // 40)
     def test_no_split_when_signs_mix(self):
         # (z*4 + y) // 4 with z = -1, y = 1: -3 // 4 == 0 (C) but z + y//4 == -1
         e = simplify((z * 4 + y) // 4)
