@@ -442,8 +442,9 @@ def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
     if reduce_nodes and reduces and len(reduce_nodes) <= 4:
         loads = list(dict.fromkeys(x for x in reduce_nodes[0].src[0].toposort if x.op is Ops.LOAD))
         tile = _register_tile(globals_, loads) if len(globals_) >= 2 and len(loads) >= 2 else []
-        if tile: choices += [(rng, amount, OptOps.UPCAST) for rng, amount in tile]
-        if _columns_outside(globals_, tile): choices.append((tile[0][0], tile[1][0], OptOps.SWAP))
+        if tile:
+            choices += [(rng, amount, OptOps.UPCAST) for rng, amount in tile]
+            if _columns_outside(globals_, tile): choices.append((tile[0][0], tile[1][0], OptOps.SWAP))
         # a long reduction: partial sums in lanes (C can't reorder float adds into vectors itself)
         elif all(isinstance(_size(r), int) for r in reduces) and prod(_size(r) for r in reduces) >= 64:
             if (amount := _tile_amount(_size(reduces[-1]), (16, 8), 16)) is not None and amount >= 4:
