@@ -387,8 +387,10 @@ def _register_tile(globals_: list[UOp], loads: list[UOp]) -> list[tuple[UOp, int
     column = next((g for g in reversed(globals_) if g in depends and depends[g] and frozenset(loads) - depends[g]), None)
     if column is None or (column_amount := _tile_amount(_size(column), (32, 16, 8), 16)) is None: return []
     budget = (256 if column_amount % 8 == 0 else 160) // column_amount
-    # loops nest in the order chosen here: rows outside, then the neighbour, the column innermost
-    # (measured: the other order of rows and neighbour is 2-4x slower)
+    # split upcasts nest in the order applied (rows, neighbour, column innermost; the other order of
+    # rows and neighbour measured 2-4x slower); a whole-axis upcast keeps its axis position, outside
+    # the split ones (measured: weight gradients, whose whole 3x3 or 5x5 window is the tile, want the
+    # output channels innermost)
     tile: list[tuple[UOp, int]] = []
     neighbour = next((g for g in reversed(globals_) if g in depends and g is not column and depends[g] == depends[column]), None)
     if neighbour is not None and (amount := _tile_amount(_size(neighbour), (), 2 if column_amount >= 6 else 5)) is not None \
