@@ -134,6 +134,7 @@ CHECK_OOB, TRANSCENDENTAL, CACHELEVEL = ContextVar("CHECK_OOB", 0), ContextVar("
 RING, ALLREDUCE_CAST, ALL2ALL = ContextVar("RING", 1), ContextVar("ALLREDUCE_CAST", 1), ContextVar("ALL2ALL", 0)
 DEFAULT_FLOAT, DEFAULT_INT = ContextVar("DEFAULT_FLOAT", ""), ContextVar("DEFAULT_INT", "")
 NO_MEMORY_PLANNER, VIZ = ContextVar("NO_MEMORY_PLANNER", 0), ContextVar("VIZ", 0)
+VECTORIZE = ContextVar("VECTORIZE", 1)   # 0: keep UPCAST loops scalar on renderers with vector_loops
 CI = bool(getenv("CI", ""))
 OSX = sys.platform == "darwin"
 

@@ -1,17 +1,19 @@
 """Codegen: from a kernel AST (a SINK of STOREs over RANGEs) to a rendered ``ProgramSpec``.
 
     simplify index math → optimize (codegen/opt) → bfloat16 emulation → transcendentals
-    → grouped reduces to local memory → launch dims → reduces to accumulators → index dtype → linearize → render
+    → grouped reduces to local memory → launch dims → reduces to accumulators → index dtype → linearize
+    → vectorize innermost UPCAST loops (renderers with vector types) → render
 """
 from __future__ import annotations
 from fusegrad.dtype import dtypes
-from fusegrad.helpers import prod, DEBUG, NOOPT, TRANSCENDENTAL
+from fusegrad.helpers import prod, DEBUG, NOOPT, TRANSCENDENTAL, VECTORIZE
 from fusegrad.uop.ops import UOp, Ops, GroupOp, AxisType, graph_rewrite
 from fusegrad.uop.symbolic import symbolic
 from fusegrad.renderer import Renderer, ProgramSpec
 from fusegrad.codegen.lowering import lower_reduces, lower_group_reduces, to_launch_dims, narrow_index_dtype, emulate_bfloat16
 from fusegrad.codegen.linearize import linearize
 from fusegrad.codegen.transcendental import decompose_transcendentals
+from fusegrad.codegen.vectorize import vectorize_loops
 
 def _range_size(r: UOp):
     bound = r.src[0]
@@ -70,6 +72,8 @@ def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Progr
     ast = graph_rewrite(ast, symbolic)
     ast = narrow_index_dtype(ast)
     uops = linearize(ast)
+    # innermost UPCAST loops as straight-line vector code, where the renderer has vector types
+    if renderer.vector_loops and VECTORIZE: uops = vectorize_loops(uops, renderer.max_vector_bytes)
     if DEBUG >= 6:
         for i, u in enumerate(uops): print(f"{i:4d} {u.op.name:12s} {u.dtype!r:24s} {u.arg!r}")
     src = renderer.render(name, uops)

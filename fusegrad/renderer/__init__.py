@@ -22,6 +22,7 @@ class Renderer:
     local_max_threads: int = 1024    # threads in one workgroup (product of the local dims)
     shared_max: int = 32768
     max_vector_bytes: int = 64       # widest vector register (AVX-512)
+    vector_loops: bool = False       # renders vector dtypes: innermost UPCAST loops become vector code (codegen/vectorize.py)
     native_transcendentals: bool = True   # False: exp2/log2/sin are decomposed into polynomials
     tensor_cores: list = []
     def render(self, name: str, uops: list[UOp]) -> str: raise NotImplementedError

@@ -54,6 +54,7 @@ class CStyleLanguage(Renderer):
     def render_alu(self, u: UOp, s: list[str]) -> str:
         op, dtype = u.op, u.dtype
         src_dtype = u.src[0].dtype
+        if dtype.count > 1: return self.render_vector_alu(u, s)
         if op is Ops.EXP2: return self.math_function("exp2", dtype, s[0])
         if op is Ops.LOG2: return self.math_function("log2", dtype, s[0])
         if op is Ops.SIN: return self.math_function("sin", dtype, s[0])
@@ -80,11 +81,56 @@ class CStyleLanguage(Renderer):
         if op is Ops.MULACC: return f"(({s[0]}*{s[1]})+{s[2]})"
         raise NotImplementedError(f"{type(self).__name__} can't render {op}")
 
+    # ---------------------------------------------------------------- vectors (gcc vector extensions)
+    # A vector of V 32-bit lanes is ``float8``-style typedef; bool vectors are the masks (0 / -1 per
+    # lane, type int) that vector comparisons give. Loads and stores of V contiguous elements go
+    # through an ``_u`` typedef with 4-byte alignment, so any element address is a valid vector address.
+    def vector_typedefs(self, uops: list[UOp]) -> str:
+        used = {d for u in uops for d in ((u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype),) if d.count > 1}
+        # every vector width gets its mask type too (selects bitcast through it)
+        vecs = sorted(used | {dtypes.bool.vec(d.count) for d in used}, key=lambda d: (d.scalar().name, d.count))
+        lines = []
+        for d in vecs:
+            lanes = "int" if d.scalar() == dtypes.bool else self.type_map[d.scalar()]
+            size = d.count * d.scalar().itemsize if d.scalar() != dtypes.bool else d.count * 4
+            name = self.render_dtype(d)
+            lines.append(f"typedef {lanes} {name} __attribute__((vector_size({size})));")
+            if d.scalar() != dtypes.bool:
+                lines.append(f"typedef {lanes} {name}_u __attribute__((vector_size({size}), aligned({d.scalar().itemsize})));")
+        return "\n".join(lines) + ("\n" if lines else "")
+
+    def _mask_type(self, dtype: DType) -> str: return self.render_dtype(dtypes.bool.vec(dtype.count))
+
+    def render_vector_alu(self, u: UOp, s: list[str]) -> str:
+        op, dtype = u.op, u.dtype
+        def select(m: str, a: str, b: str) -> str:
+            if dtype.scalar() == dtypes.bool: return f"(({m}&{a})|(~{m}&{b}))"
+            mt = self._mask_type(dtype)
+            return f"(({self.render_dtype(dtype)})((({mt})({a})&{m})|(({mt})({b})&~{m})))"
+        if op is Ops.WHERE: return select(s[0], s[1], s[2])
+        if op is Ops.MAX:
+            return select(f"(({s[0]}>{s[1]})|({s[0]}!={s[0]}))" if dtypes.is_float(dtype) else f"({s[0]}>{s[1]})", s[0], s[1])
+        if op is Ops.NEG and dtype.scalar() == dtypes.bool: return f"(~{s[0]})"
+        if op is Ops.RECIPROCAL: return f"({self.render_const(1.0, dtype.scalar())}/{s[0]})"
+        if op is Ops.NEG: return f"(-{s[0]})"
+        if op is Ops.MULACC: return f"(({s[0]}*{s[1]})+{s[2]})"
+        infix = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==",
+                 Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>", Ops.IDIV: "/", Ops.MOD: "%"}
+        if op in infix: return f"({s[0]}{infix[op]}{s[1]})"
+        raise NotImplementedError(f"{type(self).__name__} can't render vector {op}")
+
+    def render_vector_cast(self, dtype: DType, x: str, src_dtype: DType) -> str:
+        if dtype.scalar() == dtypes.bool: return f"({x}!=0)"
+        if src_dtype.scalar() == dtypes.bool: return f"__builtin_convertvector(-({x}), {self.render_dtype(dtype)})"
+        return f"__builtin_convertvector({x}, {self.render_dtype(dtype)})"
+
     def render_cast(self, dtype: DType, x: str, src_dtype: DType) -> str:
+        if dtype.count > 1: return self.render_vector_cast(dtype, x, src_dtype)
         if dtype == dtypes.bool and dtypes.is_float(src_dtype): return f"({x}!=0)"
         return f"(({self.render_dtype(dtype)})({x}))"
 
     def render_bitcast(self, dtype: DType, x: str, src_dtype: DType) -> str:
+        if dtype.count > 1: return f"(({self.render_dtype(dtype)})({x}))"
         return f"((union {{ {self.render_dtype(src_dtype)} a; {self.render_dtype(dtype)} b; }}){{.a = {x}}}).b"
 
     # ---------------------------------------------------------------- launch indices (GPU dialects)
@@ -98,7 +144,10 @@ class CStyleLanguage(Renderer):
     def render(self, name: str, uops: list[UOp]) -> str:
         uses: Counter[UOp] = Counter()
         for u in uops:
-            for s in u.src: uses[s] += 2 if u.op is Ops.MAX else 1
+            for i, s in enumerate(u.src):
+                # operands that the rendered expression repeats count once per repetition
+                if u.dtype.count > 1 and u.op in (Ops.WHERE, Ops.MAX): uses[s] += (2 if u.op is Ops.WHERE else 3) if i == 0 else 2 if u.op is Ops.MAX else 1
+                else: uses[s] += 2 if u.op is Ops.MAX else 1
         expr: dict[UOp, str] = {}
         params: list[str] = []             # variables, in list order, after the buffers
         buffer_params: list[tuple[int, str]] = []
@@ -146,7 +195,21 @@ class CStyleLanguage(Renderer):
                 depth -= 1
                 emit("}")
             elif op is Ops.INDEX:
-                expr[u] = f"{expr[u.src[0]]}[{_strip(expr[u.src[1]])}]"
+                buf = expr[u.src[0]]
+                # an element of a register array of vectors
+                if u.src[0].dtype.base.count > 1 and u.dtype.base.count == 1: buf = f"(({self.render_dtype(u.dtype.base)}*){buf})"
+                expr[u] = f"{buf}[{_strip(expr[u.src[1]])}]"
+            elif op is Ops.VECTORIZE:
+                lanes = [f"-({expr[x]})" if x.dtype == dtypes.bool else expr[x] for x in u.src]
+                value = f"(({self.render_dtype(u.dtype)}){{{','.join(lanes)}}})"
+                if uses[u] > 1: declare(u, value, "vec")
+                else: expr[u] = value
+            elif op is Ops.LOAD and u.dtype.count > 1 and u.src[0].dtype.base.count == 1:
+                index = u.src[0]   # V contiguous elements from a scalar address
+                declare(u, f"*(({self.render_dtype(u.dtype)}_u*)({expr[index.src[0]]}+{expr[index.src[1]]}))", "val")
+            elif op is Ops.STORE and u.src[1].dtype.count > 1 and u.src[0].dtype.base.count == 1:
+                index = u.src[0]
+                emit(f"*(({self.render_dtype(u.src[1].dtype)}_u*)({expr[index.src[0]]}+{expr[index.src[1]]})) = {_strip(expr[u.src[1]])};")
             elif op is Ops.LOAD:
                 index = u.src[0]
                 access = expr[index]
@@ -168,6 +231,8 @@ class CStyleLanguage(Renderer):
             else:
                 raise NotImplementedError(f"{type(self).__name__} can't render {op}")
         # buffers in slot order (the runtime passes them that way), then the variables
+        typedefs = self.vector_typedefs(uops)
+        if typedefs: body = [typedefs.rstrip("\n")] + body
         return self.render_kernel(name, [p for _, p in sorted(buffer_params)] + params, body)
 
     barrier = ""          # the workgroup barrier statement of a GPU dialect
@@ -189,5 +254,6 @@ class ClangRenderer(CStyleLanguage):
     device = "CPU"
     has_local = False
     native_transcendentals = False   # libm calls would stop loops from vectorizing
+    vector_loops = True              # gcc/clang vector extensions (codegen/vectorize.py)
     def __init__(self, has_threads: bool = False): self.has_threads = has_threads
     def __reduce__(self): return self.__class__, (self.has_threads,)

@@ -1,0 +1,275 @@
+"""Vectorize innermost UPCAST loops of a linear program into straight-line vector code.
+
+Runs after ``linearize``, only for renderers with ``vector_loops`` (the C renderer of the CPU
+device). A loop ``for (r = 0; r < W; r++) { body }`` qualifies when:
+
+- it is an UPCAST loop (UPCAST/UNROLL opts, and the accumulator loops ``lower_reduces`` makes)
+  with a constant trip count W that splits into at most 4 vectors of V lanes (V = 16, 8 or 4,
+  capped by ``renderer.max_vector_bytes``), and no loop nests inside it;
+- r only feeds index math that is affine in r with coefficient 1 (``base + r``), and every
+  memory access is either ``base + r`` (a contiguous vector access) or, for loads of buffers
+  the loop does not write, independent of r (a broadcast);
+- no access is gated, every buffer the loop writes is read (if at all) at the same address,
+  and every other op is an elementwise ALU op, CAST or BITCAST on 32-bit lanes (float32, int32,
+  uint32, bool as 32-bit masks).
+
+A qualifying loop becomes W/V chunks; chunk c computes lanes r = c*V .. c*V+V-1 with vector
+dtypes (``dtypes.float32.vec(V)``): vector LOADs/STOREs from a scalar-pointer INDEX at
+``base + c*V`` (V contiguous elements, no alignment assumed), VECTORIZE of one repeated scalar for
+broadcasts, and lane-wise ALU ops. Every lane does the same ops in the same order as its scalar
+iteration did, so results are bit-identical. A register array (DEFINE_REG) whose loop accesses
+all vectorize with the same V at slots divisible by V becomes an array of vectors; scalar code
+elsewhere still reads its elements (the renderer casts it back to a scalar pointer).
+
+Anything else keeps its scalar loop (which gcc may still auto-vectorize).
+"""
+from __future__ import annotations
+from fusegrad.dtype import dtypes, DType
+from fusegrad.uop.ops import UOp, Ops, AxisType
+
+LANE_DTYPES = (dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bool)
+MEMORY_DTYPES = (dtypes.float32, dtypes.int32, dtypes.uint32)
+VALUE_OPS = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR,
+             Ops.SHL, Ops.SHR, Ops.WHERE, Ops.MULACC, Ops.NEG, Ops.RECIPROCAL, Ops.IDIV, Ops.MOD, Ops.CAST, Ops.BITCAST}
+MAX_CHUNKS = 4
+
+class _Reject(Exception): pass
+
+def _lanes(width: int, max_lanes: int) -> int | None:
+    for v in (16, 8, 4):
+        if v <= max_lanes and width % v == 0 and width // v <= MAX_CHUNKS: return v
+    return None
+
+class _Loop:
+    """One candidate loop: its position in the list, its range, lanes, and the analysis."""
+    def __init__(self, uops: list[UOp], start: int, end: int, lanes: int):
+        self.start, self.end, self.lanes = start, end, lanes
+        self.rng = uops[start]
+        self.body = uops[start + 1:end]
+        self.varying: set[UOp] = {self.rng}
+        for u in self.body:
+            if any(s in self.varying for s in u.src): self.varying.add(u)
+        users: dict[UOp, list[UOp]] = {}
+        for u in self.body:
+            for s in u.src: users.setdefault(s, []).append(u)
+        # index math: varying integer ops whose only users are INDEX offsets or other index math
+        self.index_math: set[UOp] = set()
+        for u in reversed([self.rng] + self.body):
+            if u not in self.varying or u.op in (Ops.INDEX, Ops.LOAD, Ops.STORE): continue
+            us = users.get(u, [])
+            if us and all((x.op is Ops.INDEX and x.src[1] is u and u not in x.src[2:] and x.src[0] is not u) or x in self.index_math for x in us):
+                self.index_math.add(u)
+        self.coef: dict[UOp, int] = {}
+        self.reg_accesses: list[tuple[UOp, UOp]] = []   # (DEFINE_REG, INDEX) accessed as vectors
+
+    def coefficient(self, u: UOp) -> int:
+        if u not in self.varying: return 0
+        if u is self.rng: return 1
+        if u in self.coef: return self.coef[u]
+        if u.op is Ops.ADD: c = self.coefficient(u.src[0]) + self.coefficient(u.src[1])
+        elif u.op is Ops.SUB: c = self.coefficient(u.src[0]) - self.coefficient(u.src[1])
+        elif u.op is Ops.MUL:
+            a, b = u.src
+            if b.op is Ops.CONST and a in self.varying: c = self.coefficient(a) * b.arg
+            elif a.op is Ops.CONST and b in self.varying: c = self.coefficient(b) * a.arg
+            else: raise _Reject("index product of varying values")
+        else: raise _Reject(f"index op {u.op}")
+        self.coef[u] = c
+        return c
+
+    def analyze(self) -> None:
+        rng, varying = self.rng, self.varying
+        for u in self.body:
+            for pos, s in enumerate(u.src):
+                if s is not rng or u in self.index_math: continue
+                if (u.op is Ops.INDEX and pos == 1) or (u.op is Ops.LOAD and pos >= 1) or (u.op is Ops.STORE and pos >= 2): continue
+                raise _Reject("the loop variable is used as a value")
+        stored: dict[UOp, set[UOp]] = {}
+        accessed: dict[UOp, set[UOp]] = {}
+        for u in self.body:
+            if u.op in (Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.BARRIER, Ops.DEFINE_REG, Ops.DEFINE_LOCAL, Ops.SPECIAL, Ops.DEFINE_VAR):
+                raise _Reject(f"{u.op} in the body")
+            if u not in varying or u in self.index_math: continue
+            if u.op is Ops.INDEX:
+                if len(u.src) > 2: raise _Reject("gated access")
+                if u.src[0].op not in (Ops.PARAM, Ops.DEFINE_REG): raise _Reject("access to local memory")
+                if self.coefficient(u.src[1]) != 1: raise _Reject("non-contiguous index")
+                continue
+            if u.op in (Ops.LOAD, Ops.STORE):
+                index = u.src[0]
+                if index.op is not Ops.INDEX: raise _Reject("load without INDEX")
+                if len(index.src) > 2: raise _Reject("gated access")
+                dtype = u.dtype if u.op is Ops.LOAD else u.src[1].dtype
+                if dtype not in MEMORY_DTYPES: raise _Reject(f"memory dtype {dtype}")
+                if u.op is Ops.STORE and index not in varying: raise _Reject("store to an address that doesn't vary")
+                if index in varying and index.src[0].op is Ops.DEFINE_REG: self.reg_accesses.append((index.src[0], index))
+                accessed.setdefault(index.src[0], set()).add(index)
+                if u.op is Ops.STORE: stored.setdefault(index.src[0], set()).add(index)
+                continue
+            if u.op not in VALUE_OPS: raise _Reject(f"op {u.op}")
+            if u.dtype not in LANE_DTYPES or any(s.dtype not in LANE_DTYPES for s in u.src): raise _Reject(f"dtype {u.dtype}")
+            if u.op in (Ops.IDIV, Ops.MOD):
+                if not dtypes.is_int(u.dtype) or u.src[1].op is not Ops.CONST or u.src[1].arg in (0, -1): raise _Reject("division")
+            if u.op is Ops.BITCAST and dtypes.bool in (u.dtype, u.src[0].dtype): raise _Reject("bool bitcast")
+            # bool lanes are masks (true = -1): only ops where that acts like C's 0/1 bool
+            if any(x.dtype == dtypes.bool for x in u.src[1 if u.op is Ops.WHERE else 0:]) and \
+                    u.op not in (Ops.AND, Ops.OR, Ops.XOR, Ops.CMPNE, Ops.CMPEQ, Ops.NEG, Ops.WHERE, Ops.CAST):
+                raise _Reject(f"{u.op} on bools")
+            if u.op is Ops.RECIPROCAL and not dtypes.is_float(u.dtype): raise _Reject("integer reciprocal")
+        for buf, indexes in stored.items():
+            if accessed[buf] != indexes or len(indexes) != 1: raise _Reject("a written buffer read at another address")
+
+class _Builder:
+    """Builds the vector uops of one loop. Every new uop but constants gets ``arg=tag`` so it is
+    distinct from any uop elsewhere in the list (UOps are hash-consed)."""
+    def __init__(self, loop: _Loop, tag: tuple, vector_regs: dict[UOp, UOp]):
+        self.loop, self.tag, self.vector_regs = loop, tag, vector_regs
+        self.out: list[UOp] = []
+        self.seen: set[UOp] = set()
+
+    def emit(self, u: UOp) -> UOp:
+        # constants render without a declaration, so emitting one again (or in a closed scope) is harmless
+        if u not in self.seen:
+            for s in u.src:
+                if s.op is Ops.CONST: self.emit(s)
+            self.seen.add(u)
+            self.out.append(u)
+        return u
+
+    def new(self, op: Ops, dtype: DType, src: tuple) -> UOp: return self.emit(UOp(op, dtype, src, self.tag))
+
+    def scalar_at(self, u: UOp, offset: int, mapped: dict[UOp, UOp], memo: dict[UOp, UOp]) -> UOp:
+        """Index math ``u`` with the loop variable replaced by ``offset``, simplified a little."""
+        if u is self.loop.rng: return UOp.const(u.dtype, offset)
+        if u not in self.loop.varying: return mapped.get(u, u)
+        if u in memo: return memo[u]
+        a, b = (self.scalar_at(s, offset, mapped, memo) for s in u.src)
+        if a.op is Ops.CONST and b.op is Ops.CONST:
+            value = {Ops.ADD: a.arg + b.arg, Ops.SUB: a.arg - b.arg, Ops.MUL: a.arg * b.arg}[u.op]
+            out = UOp.const(u.dtype, value)
+        elif u.op is Ops.ADD and b.op is Ops.CONST and b.arg == 0: out = a
+        elif u.op is Ops.ADD and a.op is Ops.CONST and a.arg == 0: out = b
+        elif u.op is Ops.SUB and b.op is Ops.CONST and b.arg == 0: out = a
+        else: out = self.new(u.op, u.dtype, (a, b))
+        memo[u] = out
+        return out
+
+    def divided(self, u: UOp, v: int) -> UOp | None:
+        """``u // v`` when ``u`` is provably a multiple of ``v`` (built from its structure), else None."""
+        if u.op is Ops.CONST: return UOp.const(u.dtype, u.arg // v) if u.arg % v == 0 else None
+        if u.op is Ops.ADD:
+            a, b = self.divided(u.src[0], v), self.divided(u.src[1], v)
+            if a is None or b is None: return None
+            if b.op is Ops.CONST and b.arg == 0: return a
+            if a.op is Ops.CONST and a.arg == 0: return b
+            return self.new(Ops.ADD, u.dtype, (a, b))
+        if u.op is Ops.MUL:
+            for x, k in ((u.src[0], u.src[1]), (u.src[1], u.src[0])):
+                if k.op is Ops.CONST and k.arg % v == 0:
+                    return x if k.arg == v else self.new(Ops.MUL, u.dtype, (x, UOp.const(k.dtype, k.arg // v)))
+        return None
+
+def _find_loops(uops: list[UOp], max_lanes: int) -> list[_Loop]:
+    loops, stack = [], []
+    for i, u in enumerate(uops):
+        if u.op is Ops.RANGE: stack.append((i, True))
+        elif u.op is Ops.END:
+            start, innermost = stack.pop()
+            if stack: stack[-1] = (stack[-1][0], False)
+            r = uops[start]
+            if innermost and r.arg[1] is AxisType.UPCAST and r.src[0].op is Ops.CONST and (v := _lanes(r.src[0].arg, max_lanes)):
+                loops.append(_Loop(uops, start, i, v))
+    return loops
+
+def vectorize_loops(uops: list[UOp], max_vector_bytes: int = 64) -> list[UOp]:
+    """Rewrite every qualifying innermost UPCAST loop of ``uops`` into vector code (see module doc)."""
+    max_lanes = max_vector_bytes // 4
+    loops: list[_Loop] = []
+    for loop in _find_loops(uops, max_lanes):
+        try:
+            loop.analyze()
+            # check the register slots divide by the lane count (with a throwaway builder)
+            b = _Builder(loop, ("probe",), {})
+            for _, index in loop.reg_accesses:
+                if b.divided(b.scalar_at(index.src[1], 0, {}, {}), loop.lanes) is None: raise _Reject("unaligned register slot")
+            loops.append(loop)
+        except _Reject:
+            continue
+    # a register that scalar code writes (a hot update loop that stayed scalar) stays a scalar array:
+    # vector accesses to it in other loops would force it out of registers, so those loops stay scalar
+    while loops:
+        inside = {u for loop in loops for u in loop.body}
+        scalar_written = {u.src[0].src[0] for u in uops if u.op is Ops.STORE and u not in inside and u.src[0].op is Ops.INDEX
+                          and u.src[0].src[0].op is Ops.DEFINE_REG}
+        keep = [loop for loop in loops if not any(reg in scalar_written for reg, _ in loop.reg_accesses)]
+        if len(keep) == len(loops): break
+        loops = keep
+    if not loops: return uops
+    # registers accessed as vectors with one lane count become arrays of vectors
+    reg_lanes: dict[UOp, set[int]] = {}
+    for loop in loops:
+        for reg, _ in loop.reg_accesses: reg_lanes.setdefault(reg, set()).add(loop.lanes)
+    vector_regs: dict[UOp, UOp] = {}
+    for reg, lanes in reg_lanes.items():
+        if len(lanes) == 1 and reg.dtype.size % (v := next(iter(lanes))) == 0 and reg.dtype.base in MEMORY_DTYPES:
+            vector_regs[reg] = UOp(Ops.DEFINE_REG, reg.dtype.base.vec(v).ptr(reg.dtype.size // v), (), reg.arg)
+    by_start = {loop.start: loop for loop in loops}
+    mapped: dict[UOp, UOp] = dict(vector_regs)
+    out: list[UOp] = []
+    i = 0
+    while i < len(uops):
+        u = uops[i]
+        if i in by_start:
+            loop = by_start[i]
+            out.extend(_rewrite_loop(loop, mapped, ("vec", i), vector_regs))
+            i = loop.end + 1
+            continue
+        new = mapped.get(u) if u.op is Ops.DEFINE_REG else None
+        if new is None:
+            src = tuple(mapped.get(s, s) for s in u.src)
+            new = u if src == u.src else u.replace(src=src)
+        mapped[u] = new
+        out.append(new)
+        i += 1
+    return out
+
+def _rewrite_loop(loop: _Loop, mapped: dict[UOp, UOp], tag: tuple, vector_regs: dict[UOp, UOp]) -> list[UOp]:
+    b = _Builder(loop, tag, vector_regs)
+    v, rng = loop.lanes, loop.rng
+    # ops of the body that don't vary with the loop variable run once, as scalars
+    for u in loop.body:
+        if u in loop.varying: continue
+        new = u.replace(src=tuple(mapped.get(s, s) for s in u.src))
+        mapped[u] = new
+        b.emit(new)
+    for chunk in range(rng.src[0].arg // v):
+        lane: dict[UOp, UOp] = {}      # varying op -> its vector (or address) for this chunk
+        memo: dict[UOp, UOp] = {}
+        broadcasts: dict[UOp, UOp] = {}
+        def operand(s: UOp) -> UOp:
+            if s in loop.varying: return lane[s]
+            s = mapped.get(s, s)
+            if s not in broadcasts: broadcasts[s] = b.new(Ops.VECTORIZE, s.dtype.vec(v), (s,) * v)
+            return broadcasts[s]
+        def deps(u: UOp, skip: int) -> tuple:
+            return tuple(lane.get(s, mapped.get(s, s)) for s in u.src[skip:] if s is not rng)
+        for u in loop.body:
+            if u not in loop.varying or u in loop.index_math: continue
+            if u.op is Ops.INDEX:
+                base = b.scalar_at(u.src[1], chunk * v, mapped, memo)
+                buf = u.src[0]
+                if buf in vector_regs:
+                    lane[u] = b.new(Ops.INDEX, vector_regs[buf].dtype, (vector_regs[buf], b.divided(base, v)))
+                else:
+                    lane[u] = b.new(Ops.INDEX, u.dtype, (mapped.get(buf, buf), base))
+            elif u.op is Ops.LOAD:
+                index = u.src[0]
+                if index in loop.varying: lane[u] = b.new(Ops.LOAD, u.dtype.vec(v), (lane[index],) + deps(u, 1))
+                else:   # a broadcast load: the scalar load, then the broadcast
+                    scalar = b.new(Ops.LOAD, u.dtype, (mapped.get(index, index),) + deps(u, 1))
+                    lane[u] = b.new(Ops.VECTORIZE, u.dtype.vec(v), (scalar,) * v)
+            elif u.op is Ops.STORE:
+                lane[u] = b.new(Ops.STORE, dtypes.void, (lane[u.src[0]], operand(u.src[1])) + deps(u, 2))
+            else:
+                lane[u] = b.new(u.op, u.dtype.vec(v), tuple(operand(s) for s in u.src))
+    return b.out

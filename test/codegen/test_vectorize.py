@@ -1,0 +1,148 @@
+"""Innermost UPCAST loops as gcc vector code (codegen/vectorize.py): the rendered C has vector
+loads where the loop body is contiguous and scalar loops where it must fall back, and every
+kernel computes what the unoptimized (NOOPT) kernel computes, and (to a few ulps: gcc may
+contract a*b+c into an FMA differently in scalar and vector code) what the same kernel computes
+with VECTORIZE=0."""
+import numpy as np
+import pytest
+from fusegrad import Tensor, Device, Context
+from fusegrad.codegen import get_program
+from fusegrad.codegen.opt import Opt, OptOps
+from fusegrad.codegen.vectorize import vectorize_loops
+from fusegrad.uop.ops import Ops
+from test_opts import _kernel, _run, _matmul
+
+def _elementwise(m, n):
+    def build(device):
+        x = Tensor(np.random.default_rng(m).standard_normal((m, n)).astype(np.float32), device=device).realize()
+        return (x * 3 + 1).relu().exp() + x.maximum(0.5)
+    return build
+
+def _reduce(m, n):
+    def build(device):
+        x = Tensor(np.random.default_rng(n).standard_normal((m, n)).astype(np.float32), device=device).realize()
+        return (x * 2).sum(1) + x.max(1)
+    return build
+
+def _conv(cin, cout, size):
+    def build(device):
+        rng = np.random.default_rng(cout)
+        x = Tensor(rng.standard_normal((2, cin, size + 2, size + 2)).astype(np.float32), device=device).realize()
+        w = Tensor(rng.standard_normal((cout, cin, 3, 3)).astype(np.float32), device=device).realize()
+        return x.conv2d(w).relu()
+    return build
+
+def _padded(m, n):
+    def build(device):
+        x = Tensor(np.random.default_rng(0).standard_normal((m, n - 2)).astype(np.float32), device=device).realize()
+        return x.pad(((0, 0), (1, 1))) * 2 + 1
+    return build
+
+def _transposed(m, n):
+    def build(device):
+        x = Tensor(np.random.default_rng(m).standard_normal((m, n)).astype(np.float32), device=device).realize()
+        return (x.permute(1, 0) * 3 + 1).contiguous()
+    return build
+
+# (build, opts, lanes of the vector type expected, buffer expected to be read with a vector load)
+VECTOR_CASES = {
+    "matmul_upcast_8x16": (_matmul(16, 24, 32), [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 16)], 16, "data2"),
+    "matmul_upcast_4x32": (_matmul(8, 16, 64), [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 32)], 16, "data2"),
+    "matmul_upcast_2x8": (_matmul(8, 16, 24), [Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 8)], 8, "data2"),
+    "elementwise_upcast_8": (_elementwise(16, 64), [Opt(OptOps.UPCAST, 1, 8)], 8, "data1"),
+    "elementwise_upcast_16": (_elementwise(16, 64), [Opt(OptOps.UPCAST, 1, 16)], 16, "data1"),
+    "elementwise_upcast_12": (_elementwise(16, 36), [Opt(OptOps.UPCAST, 1, 12)], 4, "data1"),
+    "reduce_unroll_16": (_reduce(6, 64), [Opt(OptOps.UNROLL, 1, 16)], 16, "data1"),
+    "conv_register_tile": (_conv(4, 8, 16), [Opt(OptOps.UPCAST, 3, 16)], 16, "data1"),
+}
+# kernels whose innermost loop must stay scalar: odd trip counts, gated (padded) loads, strided access
+SCALAR_CASES = {
+    "matmul_odd_upcast_9": (_matmul(7, 5, 9), [Opt(OptOps.UPCAST, 1, 9)]),
+    "matmul_odd_upcast_7x3": (_matmul(7, 5, 9), [Opt(OptOps.UPCAST, 1, 3), Opt(OptOps.UPCAST, 0, 7)]),
+    "padded_upcast_16": (_padded(4, 64), [Opt(OptOps.UPCAST, 1, 16)]),
+    "transposed_upcast_8": (_transposed(8, 16), [Opt(OptOps.UPCAST, 1, 8)]),
+    "conv_heuristic_tile_2": (_conv(4, 8, 10), [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 2, 2)]),
+}
+
+def _compare(item, opts):
+    reference = _run(item, [], "CPU")
+    out = _run(item, opts, "CPU")
+    np.testing.assert_allclose(out, reference, rtol=1e-5, atol=1e-5, err_msg=str(opts))
+    with Context(VECTORIZE=0): scalar = _run(item, opts, "CPU")
+    # each lane does its scalar iteration's ops in the same order; only FMA contraction
+    # (-ffp-contract=fast) may differ between gcc's scalar and vector code: a few ulps
+    np.testing.assert_allclose(out, scalar, rtol=2e-6, atol=1e-6)
+
+@pytest.mark.parametrize("case", sorted(VECTOR_CASES))
+def test_vectorized(case):
+    build, opts, lanes, buffer = VECTOR_CASES[case]
+    item = _kernel(build, "CPU")
+    src = get_program(item.ast, Device["CPU"].renderer, opts).src
+    assert f"typedef float float{lanes} __attribute__((vector_size({lanes * 4})));" in src, src
+    assert f"*((float{lanes}_u*)({buffer}+" in src, src
+    _compare(item, opts)
+
+@pytest.mark.parametrize("case", sorted(SCALAR_CASES))
+def test_scalar_fallback(case):
+    build, opts = SCALAR_CASES[case]
+    item = _kernel(build, "CPU")
+    src = get_program(item.ast, Device["CPU"].renderer, opts).src
+    assert "vector_size" not in src and "_u*)" not in src, src
+    _compare(item, opts)
+
+def test_vectorize_off():
+    item = _kernel(_matmul(16, 24, 32), "CPU")
+    with Context(VECTORIZE=0): src = get_program(item.ast, Device["CPU"].renderer, [Opt(OptOps.UPCAST, 1, 16)]).src
+    assert "vector_size" not in src
+
+def test_register_tile_is_vector_array():
+    """The matmul accumulator tile becomes an array of vectors (8 rows of float16)."""
+    item = _kernel(_matmul(16, 24, 32), "CPU")
+    src = get_program(item.ast, Device["CPU"].renderer, [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 16)]).src
+    assert "float16 acc0[8];" in src, src
+
+def test_unroll_final_sum_stays_scalar():
+    """The partial-sum lanes of an UNROLL are summed in order by a scalar loop: vectorizing it would reorder the sum."""
+    item = _kernel(_reduce(6, 64), "CPU")
+    program = get_program(item.ast, Device["CPU"].renderer, [Opt(OptOps.UNROLL, 1, 16)])
+    ranges = [u for u in program.uops if u.op is Ops.RANGE]
+    assert any(r.src[0].op is Ops.CONST and r.src[0].arg == 16 for r in ranges), "the final sum over the 16 lanes is a loop"
+    assert any(u.op is Ops.LOAD and u.dtype.count == 16 for u in program.uops)
+
+def test_python_device_never_sees_vectors():
+    item = _kernel(_matmul(16, 24, 32), "PYTHON")
+    program = get_program(item.ast, Device["PYTHON"].renderer, [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 16)])
+    assert not any(u.dtype.count > 1 for u in program.uops if u.op is not Ops.DEFINE_REG)
+    assert any(u.op is Ops.RANGE and u.src[0].op is Ops.CONST and u.src[0].arg == 16 for u in program.uops)
+
+def test_pass_leaves_programs_without_upcasts_alone():
+    item = _kernel(_matmul(7, 5, 9), "CPU")
+    uops = get_program(item.ast, Device["CPU"].renderer, []).uops
+    assert vectorize_loops(uops) == uops
+
+def test_strided_update_keeps_register_scalar():
+    """Innermost loop over output channels: the weight load is strided, so the hot update loop stays
+    scalar; the accumulator's init loop could vectorize, but then the scalar update would write an
+    array of vectors through a cast (measured 2-5x slower on MNIST's weight-gradient kernels), so
+    the register stays a scalar array and every loop that writes it stays scalar."""
+    item = _kernel(_conv(4, 8, 16), "CPU")
+    opts = [Opt(OptOps.UPCAST, 3, 16), Opt(OptOps.UPCAST, 1, 4)]
+    src = get_program(item.ast, Device["CPU"].renderer, opts).src
+    assert "float acc0[64];" in src and "vector_size" not in src, src
+    _compare(item, opts)
+
+def _bool_arith(m, n):
+    def build(device):
+        rng = np.random.default_rng(n)
+        x = Tensor(rng.standard_normal((m, n)).astype(np.float32), device=device).realize()
+        y = Tensor(rng.standard_normal((m, n)).astype(np.float32), device=device).realize()
+        # comparisons used as numbers and compared again (a relu gradient, a tie mask)
+        return (x < y).float() * x - (x > 0).float() + ((x < y) < (y > 0)).float() * 3
+    return build
+
+def test_bool_lanes_used_as_numbers():
+    """Vector compares give -1/0 lane masks, not 1/0: a loop that uses a bool as a number (or
+    orders bools) must not be vectorized naively. Values must match NOOPT either way."""
+    item = _kernel(_bool_arith(8, 64), "CPU")
+    for opts in ([Opt(OptOps.UPCAST, 1, 8)], [Opt(OptOps.UPCAST, 1, 16)], [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16)]):
+        _compare(item, opts)
