@@ -117,10 +117,12 @@ def test_heuristic_register_tile_shapes():
     a, b = Tensor.ones(64, 96).contiguous().realize(), Tensor.ones(96, 128).contiguous().realize()
     assert _opts_on((a @ b).schedule()[-1].ast, "CPU")[:3] == [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 32),
                                                                Opt(OptOps.SWAP, 0, 1)]
-    # conv forward (b, cout, y, x): output channels outermost, two output rows, 8 columns innermost
+    # conv forward (b, cout, y, x) with 8 output columns: output channels outermost, then 4 output
+    # rows (the neighbour), and the columns split 4-wide so they stay the innermost, vectorizable loop
     x, w = Tensor.ones(2, 8, 10, 10).contiguous().realize(), Tensor.ones(32, 8, 3, 3).contiguous().realize()
     opts = _opts_on(x.conv2d(w).schedule()[-1].ast, "CPU")
-    assert opts == [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 2, 2), Opt(OptOps.UPCAST, 3, 8)]   # and no UNROLL
+    assert opts == [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 2, 4), Opt(OptOps.UPCAST, 3, 4)]   # and no UNROLL
+    assert "vector_size" in get_program(x.conv2d(w).schedule()[-1].ast, Device["CPU"].renderer, opts).src
 
 @pytest.mark.parametrize("opt, message", [
     (Opt(OptOps.UPCAST, 0, 5), "doesn't divide"),
