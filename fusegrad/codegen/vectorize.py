@@ -17,7 +17,9 @@ A qualifying loop becomes W/V chunks; chunk c computes lanes r = c*V .. c*V+V-1 
 dtypes (``dtypes.float32.vec(V)``): vector LOADs/STOREs from a scalar-pointer INDEX at
 ``base + c*V`` (V contiguous elements, no alignment assumed), VECTORIZE of one repeated scalar for
 broadcasts, and lane-wise ALU ops. Every lane does the same ops in the same order as its scalar
-iteration did, so results are bit-identical. A register array (DEFINE_REG) whose loop accesses
+iteration did, so no sum is reordered; results match the scalar loop up to FMA contraction, which
+gcc (-ffp-contract=fast) may apply differently to scalar and vector code (a few ulps). Compares
+give -1/0 lane masks, so a loop that uses a bool as a number (or orders bools) stays scalar. A register array (DEFINE_REG) whose loop accesses
 all vectorize with the same V at slots divisible by V becomes an array of vectors; scalar code
 elsewhere still reads its elements (the renderer casts it back to a scalar pointer).
 
