@@ -112,16 +112,24 @@ def test_heuristic_conv_kernels_match_unoptimized(device):
     assert tiled >= 2    # the forward conv and the input/weight gradients get register tiles
 
 def test_heuristic_register_tile_shapes():
+    # weight gradient (cout, cin, ky, kx) of a 5x5 conv: the whole 5x5 window is the tile, with 4 output channels
+    rng = np.random.default_rng(5)
+    x = Tensor(rng.standard_normal((2, 8, 12, 12)).astype(np.float32)).realize()
+    w = Tensor(rng.standard_normal((16, 8, 5, 5)).astype(np.float32), requires_grad=True).realize()
+    dw, = (x.conv2d(w) ** 2).sum().gradient(w)
+    items = [i for i in dw.schedule() if i.ast.op is Ops.SINK]
+    tiles = [_opts_on(i.ast, "CPU") for i in items]
+    assert [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 2, 5), Opt(OptOps.UPCAST, 2, 5)] in [t[:3] for t in tiles], tiles
     # matmul: 8 rows (a's rows) x 32 columns (b's contiguous columns), then the column loop moves
     # outside the row loop (a is streamed once per column tile instead of b once per row tile)
     a, b = Tensor.ones(64, 96).contiguous().realize(), Tensor.ones(96, 128).contiguous().realize()
     assert _opts_on((a @ b).schedule()[-1].ast, "CPU")[:3] == [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 32),
                                                                Opt(OptOps.SWAP, 0, 1)]
-    # conv forward (b, cout, y, x) with 8 output columns: output channels outermost, then 4 output
+    # conv forward (b, cout, y, x) with 8 output columns: output channels outermost, then 2 output
     # rows (the neighbour), and the columns split 4-wide so they stay the innermost, vectorizable loop
     x, w = Tensor.ones(2, 8, 10, 10).contiguous().realize(), Tensor.ones(32, 8, 3, 3).contiguous().realize()
     opts = _opts_on(x.conv2d(w).schedule()[-1].ast, "CPU")
-    assert opts == [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 2, 4), Opt(OptOps.UPCAST, 3, 4)]   # and no UNROLL
+    assert opts == [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 2, 2), Opt(OptOps.UPCAST, 3, 4)]   # and no UNROLL
     assert "vector_size" in get_program(x.conv2d(w).schedule()[-1].ast, Device["CPU"].renderer, opts).src
 
 @pytest.mark.parametrize("opt, message", [

@@ -393,6 +393,10 @@ def _register_tile(globals_: list[UOp], loads: list[UOp]) -> list[tuple[UOp, int
         column_amount = next((w for w in (16, 8, 4) if column_amount % w == 0 and w < column_amount), column_amount)
     elif column_amount % 4:
         column_amount = next((w for w in (16, 8, 4) if _size(column) % w == 0), column_amount)
+    # no vector width divides a long column (10): still split it, so it stays innermost (2x on a
+    # 10-wide conv row's input gradient)
+    if column_amount == _size(column) > 8 and column_amount not in (16, 32):
+        column_amount = _tile_amount(column_amount, (), column_amount // 2) or column_amount
     budget = (256 if column_amount % 8 == 0 else 160) // column_amount
     # split upcasts nest in the order applied (rows, neighbour, column innermost; the other order of
     # rows and neighbour measured 2-4x slower); a whole-axis upcast keeps its axis position, outside
@@ -400,7 +404,9 @@ def _register_tile(globals_: list[UOp], loads: list[UOp]) -> list[tuple[UOp, int
     # output channels innermost)
     tile: list[tuple[UOp, int]] = []
     neighbour = next((g for g in reversed(globals_) if g in depends and g is not column and depends[g] == depends[column]), None)
-    if neighbour is not None and (amount := _tile_amount(_size(neighbour), (), 2 if column_amount >= 6 else 5)) is not None \
+    # a whole small window (a weight gradient's 5 kernel columns) takes a whole neighbour too (5x5)
+    window = column_amount == _size(column) and column_amount < 6
+    if neighbour is not None and (amount := _tile_amount(_size(neighbour), (), 5 if window else 2)) is not None \
             and amount <= budget // 4:
         budget //= amount
     else: neighbour = None
