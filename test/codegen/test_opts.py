@@ -154,6 +154,23 @@ def test_swap_reorders_loops_and_matches():
     np.testing.assert_allclose(_run(item, [Opt(OptOps.SWAP, 0, 1), Opt(OptOps.UPCAST, 1, 4)], "CPU"), reference, rtol=1e-5)
     with pytest.raises(KernelOptError, match="global"): apply_opt(item.ast, Opt(OptOps.SWAP, 0, 2), Device["CPU"].renderer)
 
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_chained_swaps_keep_distinct_loops(device):
+    # BEAM found this on a max-pool kernel: after one SWAP the second exchanged only one of the two
+    # ranges (the other was rebuilt from its parents first), two loops shared one variable, and the
+    # kernel wrote out of bounds (a segfault on CPU)
+    def build(device):
+        x = Tensor(np.random.default_rng(2).standard_normal((8, 4, 6, 6)).astype(np.float32), device=device).realize()
+        return x.relu().max_pool2d(2)
+    item = _kernel(build, device)
+    reference = _run(item, [], device)
+    for opts in ([Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.SWAP, 0, 2)],
+                 [Opt(OptOps.SWAP, 0, 1), Opt(OptOps.SWAP, 1, 2), Opt(OptOps.SWAP, 0, 3)]):
+        program = get_program(item.ast, Device[device].renderer, opts)
+        loops = [u.arg[0] for u in program.uops if u.op is Ops.RANGE]
+        assert len(loops) == len(set(loops)), (opts, loops)
+        np.testing.assert_allclose(_run(item, opts, device), reference, rtol=1e-6, err_msg=str(opts))
+
 # ---------------------------------------------------------------- GPU-style actions (LOCAL, GROUP, GROUPTOP, NOLOCALS, PADTO)
 
 def _matmul_max(m, k, n):

@@ -135,7 +135,7 @@ def apply_opt(ast: UOp, opt: Opt, renderer) -> UOp:
         second = axes[other]
         if _AXIS_RANK[kind] != 0 or _AXIS_RANK[second.arg[1]] != 0: raise KernelOptError("SWAP exchanges two global axes")
         # loops nest in id order: exchanging ids exchanges the loops
-        return ast.substitute({rng: rng.replace(arg=(second.arg[0], rng.arg[1])), second: second.replace(arg=(rng.arg[0], second.arg[1]))})
+        return _exchange_range_ids(ast, rng.arg[0], second.arg[0])
     elif opt.op is OptOps.THREAD:
         if opt.axis != 0 or kind not in (AxisType.GLOBAL, AxisType.LOOP): raise KernelOptError("THREAD splits the outermost global axis")
         if not getattr(renderer, "has_threads", False): raise KernelOptError(f"the {renderer.device} renderer has no threads")
@@ -271,6 +271,20 @@ def _zero_when_padded(value: UOp, rng: UOp) -> bool:
         else: z = False
         zero[x] = z
     return zero[value]
+
+def _exchange_range_ids(ast: UOp, a: int, b: int) -> UOp:
+    """Give the ranges numbered ``a`` the number ``b`` and the other way round, each node once.
+    (A plain substitute can't: a range whose parents include the other range is rebuilt from its
+    new parents first, then no longer matches its key and keeps its old number, so two loops end
+    up with one loop variable.)"""
+    swap = {a: b, b: a}
+    rebuilt: dict[UOp, UOp] = {}
+    for x in ast.toposort:
+        srcs = tuple(rebuilt.get(s, s) for s in x.src)
+        y = x if srcs == x.src else x.replace(src=srcs)
+        if x.op is Ops.RANGE and x.arg[0] in swap: y = y.replace(arg=(swap[x.arg[0]], x.arg[1]))
+        if y is not x: rebuilt[x] = y
+    return rebuilt.get(ast, ast)
 
 def _unroll(ast: UOp, rng: UOp, amount: int) -> UOp:
     """Split reduce range r into (outer, lane): each REDUCE over r becomes a REDUCE over the lane
