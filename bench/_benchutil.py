@@ -110,6 +110,13 @@ def child_main(task_json: str, tasks: dict[str, Callable[[dict], dict]]) -> None
 class SkipPeer(Exception):
     """Raised in a child when a peer isn't available (not installed, no compiler, ...)."""
 
+def import_torch(threads: int):
+    """PyTorch with ``threads`` intra-op threads, or SkipPeer if it isn't importable."""
+    try: import torch
+    except ImportError as e: raise SkipPeer(f"PyTorch not importable ({e})")
+    torch.set_num_threads(threads)
+    return torch
+
 def import_framework(name: str):
     """(module, Tensor, TinyJit, GlobalCounters, nn, Adam, get_parameters, Device) of fusegrad or tinygrad."""
     try:

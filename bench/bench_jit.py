@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse, os, re, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _benchutil import (run_sections, ChildRunner, SkipPeer, cache_entries, child_main, device_sync, fmt, import_framework, median_time, print_header,
+from _benchutil import (run_sections, ChildRunner, SkipPeer, cache_entries, child_main, device_sync, fmt, import_framework, import_torch, median_time, print_header,
                         print_table, ratio, report_load_after, status)
 
 SECTIONS = ["replay", "eager", "mlp", "gpt2"]
@@ -60,12 +60,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 # ================================================================ child tasks (run in a fresh process each)
 
-def _torch(threads: int):
-    try: import torch
-    except ImportError as e: raise SkipPeer(f"PyTorch not importable ({e})")
-    torch.set_num_threads(threads)
-    return torch
-
 def task_replay(t: dict) -> dict:
     """Per-call time of a jitted function of K kernels, and of the same with 1 kernel."""
     fw, Tensor, TinyJit, GC, *_rest, Device = import_framework(t["framework"])
@@ -93,7 +87,7 @@ def task_replay(t: dict) -> dict:
 def task_eager(t: dict) -> dict:
     import numpy as np
     if t["framework"] == "torch":
-        torch = _torch(t["threads"])
+        torch = import_torch(t["threads"])
         x = torch.zeros(t["numel"])
         return {"t": median_time(lambda: x + 1, t["reps"] * 10, warmup=20)}
     fw, Tensor, TinyJit, GC, *_rest, Device = import_framework(t["framework"])
@@ -115,7 +109,7 @@ def task_mlp(t: dict) -> dict:
     xs = rng.standard_normal((batch, sizes[0]), dtype=np.float32)
     ys = rng.integers(0, sizes[-1], batch).astype(np.int32)
     if t["framework"] == "torch":
-        torch = _torch(t["threads"])
+        torch = import_torch(t["threads"])
         layers = []
         for i in range(len(sizes) - 1):
             layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
@@ -209,7 +203,7 @@ def task_gpt2(t: dict) -> dict:
     return result
 
 def _torch_gpt2(t: dict, c: dict, prompt: list[int]) -> dict:
-    torch = _torch(t["threads"])
+    torch = import_torch(t["threads"])
     F = torch.nn.functional
     dim, heads, head_dim, ctx = c["dim"], c["heads"], c["dim"] // c["heads"], c["context"]
 

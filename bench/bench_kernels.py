@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse, os, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _benchutil import (run_sections, ChildRunner, SkipPeer, child_main, device_sync, fmt, import_framework, median_time, print_header,
+from _benchutil import (run_sections, ChildRunner, child_main, device_sync, fmt, import_framework, import_torch, median_time, print_header,
                         print_table, ratio, report_load_after, status)
 
 SECTIONS = ["matmul", "elementwise", "mnist"]
@@ -52,12 +52,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 # ================================================================ child tasks (each in a fresh process)
-
-def _torch(threads: int):
-    try: import torch
-    except ImportError as e: raise SkipPeer(f"PyTorch not importable ({e})")
-    torch.set_num_threads(threads)
-    return torch
 
 def _rel_err(x, ref) -> float:
     import numpy as np
@@ -95,7 +89,7 @@ def task_matmul(t: dict) -> dict:
     if fw_name == "numpy":
         return {"t": median_time(lambda: an @ bn, reps, warmup=1)}
     if fw_name == "torch":
-        torch = _torch(t["threads"])
+        torch = import_torch(t["threads"])
         a, b = torch.from_numpy(an), torch.from_numpy(bn)
         err = _rel_err((a @ b).numpy(), ref)
         return {"t": median_time(lambda: a @ b, reps, warmup=1), "err": err}
@@ -134,7 +128,7 @@ def task_elementwise(t: dict) -> dict:
     ref = np.exp(np.maximum(an * bn + cn, 0))
     if fw_name == "numpy": return {"t": median_time(lambda: np.exp(np.maximum(an * bn + cn, 0)), reps, warmup=1)}
     if fw_name == "torch":
-        torch = _torch(t["threads"])
+        torch = import_torch(t["threads"])
         a, b, c = (torch.from_numpy(x) for x in (an, bn, cn))
         fn = lambda: torch.exp(torch.relu(a * b + c))
         return {"t": median_time(fn, reps, warmup=1), "err": _rel_err(fn().numpy(), ref)}
@@ -156,7 +150,7 @@ def task_mnist(t: dict) -> dict:
     xs = rng.standard_normal((batch, 1, 28, 28), dtype=np.float32)
     ys = rng.integers(0, 10, batch).astype(np.int32)
     if fw_name == "torch":
-        torch = _torch(t["threads"])
+        torch = import_torch(t["threads"])
         nn = torch.nn
         torch.manual_seed(0)
         model = nn.Sequential(nn.Conv2d(1, 32, 5), nn.ReLU(), nn.Conv2d(32, 32, 5), nn.ReLU(), nn.BatchNorm2d(32), nn.MaxPool2d(2),

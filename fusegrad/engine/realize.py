@@ -55,17 +55,20 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     """The compiled kernel for ``ast`` on ``device`` (compiled once per process, and the binary
     once per machine through the disk cache)."""
     from fusegrad.codegen import get_program
-    key = (device, ast, (BEAM.value, NOOPT.value))
+    key = _cache_key(device, ast)
     if (runner := method_cache.get(key)) is not None: return runner
     # instances of one device ("CPU:1", "CPU:2", the shards of a multi-device tensor) share the
     # compiled program: it is generated and compiled once, and only loaded for each instance
-    shared_key = (_device_base(device), ast, (BEAM.value, NOOPT.value))
+    shared_key = _cache_key(_device_base(device), ast)
     if (shared := method_cache.get(shared_key)) is not None:
         runner = CompiledRunner(dataclasses.replace(shared.p, device=device), precompiled=shared.lib)
     else:
         runner = method_cache[shared_key] = CompiledRunner(dataclasses.replace(get_program(ast, Device[device].renderer), device=device))
     method_cache[key] = runner
     return runner
+
+def _cache_key(device: str, ast: UOp) -> tuple:
+    return (device, ast, (BEAM.value, NOOPT.value))
 
 def _device_base(device: str) -> str:
     """The device without its instance number: ``"CPU:2"`` -> ``"CPU"`` (``"CPU:LLVM"`` is a different renderer and stays)."""
@@ -119,8 +122,8 @@ def precompile(schedule: list) -> None:
     todo: dict[tuple, tuple[str, UOp]] = {}
     for item in schedule:
         if item.ast.op is Ops.COPY: continue
-        device = item.buffer_uops[0].arg[1]
-        shared_key = (_device_base(device), item.ast, (BEAM.value, NOOPT.value))
+        device = item.buffer_uops[0].device
+        shared_key = _cache_key(_device_base(device), item.ast)
         if shared_key not in method_cache: todo.setdefault(shared_key, (device, item.ast))
     if len(todo) < 2: return   # nothing to overlap: get_runner compiles it
     if _compile_pool is None: _compile_pool = concurrent.futures.ThreadPoolExecutor(max(1, os.cpu_count() or 1))

@@ -208,11 +208,7 @@ def main() -> None:
                         help="attention heads (default: 4 with --random; config.json beside the weights, else dim // 64)")
     parser.add_argument("--vocab", type=int, default=128)
     parser.add_argument("--context", type=int, default=1024)
-    parser.add_argument("--prompt", default=None, help="text prompt (needs the tiktoken package)")
-    parser.add_argument("--tokens", default=None, help="prompt as comma-separated token ids, e.g. 1,2,3")
-    parser.add_argument("--count", type=int, default=10, help="number of tokens to generate")
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    parser.add_argument("--seed", type=int, default=0)
+    decoding.add_generation_args(parser, "text prompt (needs the tiktoken package)")
     args = parser.parse_args()
 
     if args.random:

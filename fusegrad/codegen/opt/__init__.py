@@ -382,6 +382,17 @@ def _tile_amount(size, preferred: tuple[int, ...], limit: int) -> int | None:
     if (amount := _largest_divisor(size, preferred)) is not None: return amount
     return next((d for d in range(min(limit, size), 1, -1) if size % d == 0), None)
 
+def _column_amount(size) -> int | None:
+    """How many columns a register tile takes. A vector width (32/16/8/4) that splits the axis comes
+    first: a split keeps the column the innermost loop (a whole-axis upcast nests outside the split
+    ones) and codegen/vectorize.py can emit it as vector code (MNIST step 720 -> 672 ms). A whole
+    small window (a weight gradient's 3 or 5 kernel columns) is taken whole; a longer odd axis (10)
+    is still split in two or more, to stay innermost (2x on a 10-wide conv row's input gradient)."""
+    if not isinstance(size, int) or size < 2: return None
+    if (width := next((w for w in (32, 16, 8, 4) if size % w == 0 and (w < size or w >= 16)), None)) is not None: return width
+    if size <= 8: return size
+    return _tile_amount(size, (), min(16, size // 2)) or size
+
 def _register_tile(globals_: list[UOp], loads: list[UOp]) -> list[tuple[UOp, int]]:
     """Pick the axes of a register tile for a reduce that reads several buffers (matmul, conv and
     their gradients): (axis, amount) pairs, the innermost (vector) axis last.
@@ -399,18 +410,7 @@ def _register_tile(globals_: list[UOp], loads: list[UOp]) -> list[tuple[UOp, int
     16 iterations, so odd column sizes stay at or below 16; 32 columns are two AVX-512 registers."""
     depends = {g: _loads_depending_on(loads, g) for g in globals_ if isinstance(_size(g), int)}
     column = next((g for g in reversed(globals_) if g in depends and depends[g] and frozenset(loads) - depends[g]), None)
-    if column is None or (column_amount := _tile_amount(_size(column), (32, 16, 8), 16)) is None: return []
-    # the column should be a vector-width split (16/8/4 lanes): a split keeps it the innermost loop
-    # (a whole-axis upcast nests outside the split ones) and a vector width lets codegen/vectorize.py
-    # emit it as vector code (MNIST step, 2 A/B runs each: 720 -> 672 ms)
-    if column_amount == _size(column) and column_amount not in (16, 32):
-        column_amount = next((w for w in (16, 8, 4) if column_amount % w == 0 and w < column_amount), column_amount)
-    elif column_amount % 4:
-        column_amount = next((w for w in (16, 8, 4) if _size(column) % w == 0), column_amount)
-    # no vector width divides a long column (10): still split it, so it stays innermost (2x on a
-    # 10-wide conv row's input gradient)
-    if column_amount == _size(column) > 8 and column_amount not in (16, 32):
-        column_amount = _tile_amount(column_amount, (), column_amount // 2) or column_amount
+    if column is None or (column_amount := _column_amount(_size(column))) is None: return []
     budget = (256 if column_amount % 8 == 0 else 160) // column_amount
     # split upcasts nest in the order applied (rows, neighbour, column innermost; the other order of
     # rows and neighbour measured 2-4x slower); a whole-axis upcast keeps its axis position, outside
