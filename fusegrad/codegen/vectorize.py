@@ -26,6 +26,7 @@ elsewhere still reads its elements (the renderer casts it back to a scalar point
 Anything else keeps its scalar loop (which gcc may still auto-vectorize).
 """
 from __future__ import annotations
+from typing import Any
 from fusegrad.dtype import dtypes, DType
 from fusegrad.uop.ops import UOp, Ops, AxisType
 
@@ -63,6 +64,7 @@ class _Loop:
                 self.index_math.add(u)
         self.coef: dict[UOp, int] = {}
         self.reg_accesses: list[tuple[UOp, UOp]] = []   # (DEFINE_REG, INDEX) accessed as vectors
+        self.strided: set[UOp] = set()                  # INDEXes accessed lane by lane
 
     def coefficient(self, u: UOp) -> int:
         if u not in self.varying: return 0
@@ -94,8 +96,11 @@ class _Loop:
             if u not in varying or u in self.index_math: continue
             if u.op is Ops.INDEX:
                 if len(u.src) > 2: raise _Reject("gated access")
-                if u.src[0].op not in (Ops.PARAM, Ops.DEFINE_REG): raise _Reject("access to local memory")
-                if self.coefficient(u.src[1]) != 1: raise _Reject("non-contiguous index")
+                if u.src[0].op not in (Ops.PARAM, Ops.DEFINE_REG, Ops.DEFINE_LOCAL): raise _Reject(f"access to {u.src[0].op}")
+                if self.coefficient(u.src[1]) != 1:
+                    # lane by lane: a gather (load) or scatter (store) of memory, never of registers
+                    if u.src[0].op is Ops.DEFINE_REG: raise _Reject("non-contiguous register access")
+                    self.strided.add(u)
                 continue
             if u.op in (Ops.LOAD, Ops.STORE):
                 index = u.src[0]
@@ -120,6 +125,9 @@ class _Loop:
             if u.op is Ops.RECIPROCAL and not dtypes.is_float(u.dtype): raise _Reject("integer reciprocal")
         for buf, indexes in stored.items():
             if accessed[buf] != indexes or len(indexes) != 1: raise _Reject("a written buffer read at another address")
+        # lane-by-lane access pays off where the lanes then feed a register tile (a gathered channel
+        # vector reused by every tile position); a plain strided copy is faster as gcc's scalar code
+        if self.strided and not self.reg_accesses: raise _Reject("gather or scatter outside a register tile")
 
 class _Builder:
     """Builds the vector uops of one loop. Every new uop but constants gets ``arg=tag`` so it is
@@ -245,8 +253,9 @@ def _rewrite_loop(loop: _Loop, mapped: dict[UOp, UOp], tag: tuple, vector_regs: 
         mapped[u] = new
         b.emit(new)
     for chunk in range(rng.src[0].arg // v):
-        lane: dict[UOp, UOp] = {}      # varying op -> its vector (or address) for this chunk
+        lane: dict[UOp, Any] = {}      # varying op -> its vector (or address, or per-lane addresses) for this chunk
         memo: dict[UOp, UOp] = {}
+        lane_memos: list[dict[UOp, UOp]] = [{} for _ in range(v)]
         broadcasts: dict[UOp, UOp] = {}
         def operand(s: UOp) -> UOp:
             if s in loop.varying: return lane[s]
@@ -258,18 +267,30 @@ def _rewrite_loop(loop: _Loop, mapped: dict[UOp, UOp], tag: tuple, vector_regs: 
         for u in loop.body:
             if u not in loop.varying or u in loop.index_math: continue
             if u.op is Ops.INDEX:
-                base = b.scalar_at(u.src[1], chunk * v, mapped, memo)
                 buf = u.src[0]
+                if u in loop.strided:   # one scalar address per lane
+                    lane[u] = [b.new(Ops.INDEX, u.dtype, (mapped.get(buf, buf), b.scalar_at(u.src[1], chunk * v + i, mapped, lane_memos[i])))
+                               for i in range(v)]
+                    continue
+                base = b.scalar_at(u.src[1], chunk * v, mapped, memo)
                 if buf in vector_regs:
                     lane[u] = b.new(Ops.INDEX, vector_regs[buf].dtype, (vector_regs[buf], b.divided(base, v)))
                 else:
                     lane[u] = b.new(Ops.INDEX, u.dtype, (mapped.get(buf, buf), base))
             elif u.op is Ops.LOAD:
                 index = u.src[0]
-                if index in loop.varying: lane[u] = b.new(Ops.LOAD, u.dtype.vec(v), (lane[index],) + deps(u, 1))
+                if index in loop.strided:   # a gather: scalar loads, then one vector of them
+                    scalars = tuple(b.new(Ops.LOAD, u.dtype, (address,) + deps(u, 1)) for address in lane[index])
+                    lane[u] = b.new(Ops.VECTORIZE, u.dtype.vec(v), scalars)
+                elif index in loop.varying: lane[u] = b.new(Ops.LOAD, u.dtype.vec(v), (lane[index],) + deps(u, 1))
                 else:   # a broadcast load: the scalar load, then the broadcast
                     scalar = b.new(Ops.LOAD, u.dtype, (mapped.get(index, index),) + deps(u, 1))
                     lane[u] = b.new(Ops.VECTORIZE, u.dtype.vec(v), (scalar,) * v)
+            elif u.op is Ops.STORE and u.src[0] in loop.strided:   # a scatter: one scalar store per lane
+                value = operand(u.src[1])
+                for i, address in enumerate(lane[u.src[0]]):
+                    element = b.emit(UOp(Ops.GEP, value.dtype.scalar(), (value,), (i,)))
+                    b.new(Ops.STORE, dtypes.void, (address, element) + deps(u, 2))
             elif u.op is Ops.STORE:
                 lane[u] = b.new(Ops.STORE, dtypes.void, (lane[u.src[0]], operand(u.src[1])) + deps(u, 2))
             else:

@@ -220,7 +220,9 @@ class CStyleLanguage(Renderer):
                 statement = f"{expr[index]} = {_strip(expr[value])};"
                 if len(index.src) > 2: statement = f"if ({_strip(expr[index.src[2]])}) {{ {statement} }}"
                 emit(statement)
-            elif op is Ops.BARRIER: emit(self.barrier)
+            elif op is Ops.GEP: expr[u] = f"({expr[u.src[0]]})[{u.arg[0]}]"
+            elif op is Ops.BARRIER:
+                if self.barrier: emit(self.barrier)
             elif op in (Ops.CAST, Ops.BITCAST) or op in GroupOp.ALU:
                 s = [expr[x] for x in u.src]
                 if op is Ops.CAST: value = self.render_cast(u.dtype, s[0], u.src[0].dtype)

@@ -63,10 +63,12 @@ class AxisType(Enum):
     """The kind of a RANGE (a loop index). The optimizer changes kinds; renderers place them."""
     GLOBAL = auto(); THREAD = auto(); LOCAL = auto(); LOOP = auto(); GROUP_REDUCE = auto(); REDUCE = auto()
     UPCAST = auto(); UNROLL = auto()
+    STAGE = auto()   # a loop that fills a staged copy of a small input (OptOps.STAGE); not an optimizable axis
     def __repr__(self) -> str: return f"AxisType.{self.name}"
 
 AXIS_COLORS = {AxisType.GLOBAL: "blue", AxisType.THREAD: "BLUE", AxisType.LOCAL: "cyan", AxisType.LOOP: "WHITE",
-               AxisType.GROUP_REDUCE: "green", AxisType.REDUCE: "red", AxisType.UPCAST: "yellow", AxisType.UNROLL: "magenta"}
+               AxisType.GROUP_REDUCE: "green", AxisType.REDUCE: "red", AxisType.UPCAST: "yellow", AxisType.UNROLL: "magenta",
+               AxisType.STAGE: "GREEN"}
 
 # ---------------------------------------------------------------- interning
 

@@ -112,25 +112,31 @@ def test_heuristic_conv_kernels_match_unoptimized(device):
     assert tiled >= 2    # the forward conv and the input/weight gradients get register tiles
 
 def test_heuristic_register_tile_shapes():
-    # weight gradient (cout, cin, ky, kx) of a 5x5 conv: the whole 5x5 window is the tile, with 4 output channels
+    # weight gradient (cout, cin, ky, kx) of a 5x5 conv: the whole 5x5 window is the tile's positions and
+    # 16 output channels its vector; the output gradient is big, so its channel vector is gathered, not staged
     rng = np.random.default_rng(5)
-    x = Tensor(rng.standard_normal((2, 8, 12, 12)).astype(np.float32)).realize()
+    x = Tensor(rng.standard_normal((8, 8, 36, 36)).astype(np.float32)).realize()
     w = Tensor(rng.standard_normal((16, 8, 5, 5)).astype(np.float32), requires_grad=True).realize()
     dw, = (x.conv2d(w) ** 2).sum().gradient(w)
     items = [i for i in dw.schedule() if i.ast.op is Ops.SINK]
     tiles = [_opts_on(i.ast, "CPU") for i in items]
-    assert [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 2, 5), Opt(OptOps.UPCAST, 2, 5)] in [t[:3] for t in tiles], tiles
+    assert [Opt(OptOps.UPCAST, 2, 5), Opt(OptOps.UPCAST, 2, 5), Opt(OptOps.UPCAST, 0, 16)] in [t[:3] for t in tiles], tiles
     # matmul: 8 rows (a's rows) x 32 columns (b's contiguous columns), then the column loop moves
     # outside the row loop (a is streamed once per column tile instead of b once per row tile)
     a, b = Tensor.ones(64, 96).contiguous().realize(), Tensor.ones(96, 128).contiguous().realize()
     assert _opts_on((a @ b).schedule()[-1].ast, "CPU")[:3] == [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 32),
                                                                Opt(OptOps.SWAP, 0, 1)]
-    # conv forward (b, cout, y, x) with 8 output columns: output channels outermost, then 2 output
-    # rows (the neighbour), and the columns split 4-wide so they stay the innermost, vectorizable loop
+    # conv forward (b, cout, y, x) with 8 output columns: the weights are staged with the output channels
+    # contiguous, 16 channels are the vector, and 2 rows x 4 columns of output pixels the tile's positions
     x, w = Tensor.ones(2, 8, 10, 10).contiguous().realize(), Tensor.ones(32, 8, 3, 3).contiguous().realize()
     opts = _opts_on(x.conv2d(w).schedule()[-1].ast, "CPU")
+    assert opts == [Opt(OptOps.STAGE, 1), Opt(OptOps.UPCAST, 2, 4), Opt(OptOps.UPCAST, 3, 4), Opt(OptOps.UPCAST, 1, 16)]
+    src = get_program(x.conv2d(w).schedule()[-1].ast, Device["CPU"].renderer, opts).src
+    assert "float stage0[2304];" in src and "*((float16_u*)(stage0+" in src, src
+    # without 16 channels the usual tile: channels outermost, 2 rows, columns split 4-wide to stay innermost
+    w = Tensor.ones(24, 8, 3, 3).contiguous().realize()
+    opts = _opts_on(x.conv2d(w).schedule()[-1].ast, "CPU")
     assert opts == [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 2, 2), Opt(OptOps.UPCAST, 3, 4)]   # and no UNROLL
-    assert "vector_size" in get_program(x.conv2d(w).schedule()[-1].ast, Device["CPU"].renderer, opts).src
 
 @pytest.mark.parametrize("opt, message", [
     (Opt(OptOps.UPCAST, 0, 5), "doesn't divide"),
@@ -195,7 +201,7 @@ def _int_rows(m, n):
         return x.sum(1) * 3 + x.max(1)
     return build
 
-L, G, GT, U, R, P, N = OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.UPCAST, OptOps.UNROLL, OptOps.PADTO, OptOps.NOLOCALS
+L, G, GT, U, R, P, N, S = OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.UPCAST, OptOps.UNROLL, OptOps.PADTO, OptOps.NOLOCALS, OptOps.STAGE
 GPU_CASES = {
     # axes: 0 rows (12), 1 columns (16), 2 the reduce (8); a LOCAL axis comes after the globals,
     # a GROUP_REDUCE axis before the reduces
@@ -255,6 +261,52 @@ def test_padto_on_cpu(case):
     reference = _run(item, [], "CPU")
     for opts in opt_lists:
         np.testing.assert_allclose(_run(item, opts, "CPU"), reference, rtol=1e-5, atol=1e-5, err_msg=str(opts))
+
+def _conv_forward(device):
+    rng = np.random.default_rng(11)
+    x = Tensor(rng.standard_normal((2, 8, 10, 10)).astype(np.float32), device=device).realize()
+    w = Tensor(rng.standard_normal((32, 8, 3, 3)).astype(np.float32), device=device).realize()
+    return x.conv2d(w).relu()
+
+# the conv's axes: batch 2, cout 32, y 8, x 8 | cin 8, ky 3, kx 3
+STAGE_CASES = [
+    [Opt(S, 1)],
+    [Opt(S, 1), Opt(U, 2, 2), Opt(U, 3, 4), Opt(U, 1, 16)],   # the heuristic's conv tile: staged weights as channel vectors
+    [Opt(U, 1, 16), Opt(S, 1)],                                 # staged after the split: its upcast part stays innermost
+    [Opt(S, 1), Opt(P, 1, 48), Opt(U, 1, 16)],                  # padded channels read zeros from the staged copy
+    [Opt(P, 3, 12), Opt(S, 3)],                                 # a padded axis stages its gated zeros
+    [Opt(S, 1), Opt(S, 0), Opt(U, 3, 4)],                       # two staged inputs (weights, then the image)
+    [Opt(S, 1), Opt(OptOps.SWAP, 0, 2), Opt(R, 4, 4)],
+    [Opt(S, 4), Opt(U, 0, 2)],                                  # along a reduce axis: both inputs
+]
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_stage_matches_unoptimized(device):
+    item = _kernel(_conv_forward, device)
+    reference = _run(item, [], device)
+    extra = [[Opt(S, 1), Opt(U, 1, 16), Opt(OptOps.THREAD, 0, 2)]] if device == "CPU" else [[Opt(S, 1), Opt(L, 1, 4), Opt(G, 5, 2)]]
+    for opts in STAGE_CASES + extra:
+        program = get_program(item.ast, Device[device].renderer, opts)
+        assert list(program.applied_opts) == opts
+        stages = {u.arg for u in program.uops if u.op is Ops.DEFINE_LOCAL and u.arg.startswith("stage")}
+        assert len(stages) == 1 + (Opt(S, 0) in opts) + (Opt(S, 4) in opts), (opts, stages)
+        np.testing.assert_allclose(_run(item, opts, device), reference, rtol=1e-5, atol=1e-5, err_msg=str(opts))
+
+def test_stage_copies_once_before_the_threads():
+    item = _kernel(_conv_forward, "CPU")
+    src = get_program(item.ast, Device["CPU"].renderer, [Opt(S, 1), Opt(OptOps.THREAD, 0, 2)]).src
+    assert src.index("float stage0[2304];") < src.index("stage0[") < src.index("#pragma omp parallel for")
+
+def test_stage_errors():
+    item = _kernel(_matmul(300, 300, 8), "CPU")
+    # a (300 x 300 floats, 360 KB) is too big to stage; b (300 x 8) is small
+    with pytest.raises(KernelOptError, match="no input read along axis 0 fits"): apply_opt(item.ast, Opt(S, 0), Device["CPU"].renderer)
+    staged = apply_opt(item.ast, Opt(S, 1), Device["CPU"].renderer)
+    assert [u.dtype.size for u in staged.toposort if u.op is Ops.DEFINE_LOCAL] == [300 * 8]
+    with pytest.raises(KernelOptError, match="no input read along axis 1"): apply_opt(staged, Opt(S, 1), Device["CPU"].renderer)
+    # on a GPU-style renderer the copy is shared memory: its limit applies (PYTHON: 64 KB)
+    item = _kernel(_matmul(130, 130, 4), "PYTHON")
+    with pytest.raises(KernelOptError, match="fits in 65536 bytes"): apply_opt(item.ast, Opt(S, 0), Device["PYTHON"].renderer)
 
 def test_padto_gates_reduce_only_when_needed():
     """A sum of products of padded loads needs no select (the gated loads read 0); exp, 1/x and
@@ -388,6 +440,7 @@ def test_candidate_actions_follow_the_renderer():
     assert P in kinds("CPU") and P in kinds("PYTHON")
     assert P not in kinds("CPU", _matmul(32, 32, 64))       # nothing to pad
     assert OptOps.TC not in kinds("PYTHON")
+    assert S in kinds("CPU") and S in kinds("PYTHON")
 
 def test_every_legal_candidate_computes_the_same():
     """One BEAM step on the PYTHON device: every candidate that applies gives the unoptimized result."""
@@ -399,7 +452,7 @@ def test_every_legal_candidate_computes_the_same():
         except KernelOptError: continue
         applied.add(action.op)
         np.testing.assert_allclose(_run(item, [action], "PYTHON"), reference, rtol=1e-5, atol=1e-5, err_msg=str(action))
-    assert {U, R, L, G, GT, N, P} <= applied
+    assert {U, R, L, G, GT, N, P, S} <= applied
 
 @pytest.mark.parametrize("op, second_thread_starts_at", [(G, 1), (GT, 4)])
 def test_group_and_grouptop_split_the_range_differently(op, second_thread_starts_at):

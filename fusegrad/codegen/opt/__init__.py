@@ -18,6 +18,7 @@ micro-kernel that the C compiler vectorizes.
 | GROUPTOP| reduce axis  | like GROUP, but the threads take the outer (top) part of the range: thread t reduces one contiguous block |
 | PADTO   | global/reduce| round the range up to a multiple of ``arg``; the extra iterations neither load, store nor contribute |
 | NOLOCALS| (no axis)    | launch without workgroups (``idx`` launch indices, no local size); later LOCAL/GROUP are illegal |
+| STAGE   | any axis     | copy each small input read along the axis, once per kernel call, into a buffer where the axis is innermost (contiguous) |
 | TC      |              | tensor cores: no renderer here declares them, so always a KernelOptError |
 
 LOCAL/GROUP/GROUPTOP/NOLOCALS need a renderer with ``has_local`` (and GROUP ``has_shared``); PADTO works
@@ -29,6 +30,14 @@ grouped (its barrier would sit inside a loop whose trip is per reduce step). The
 lowered in codegen/lowering.py (``lower_group_reduces``): partials go to a DEFINE_LOCAL, a BARRIER,
 then every thread combines them and only the group's thread 0 stores. The kernel-wide NOLOCALS flag
 lives in the SINK's arg (``KernelInfo``), so the AST stays the whole state of an optimized kernel.
+
+STAGE exists for register tiles whose vector axis runs along a *strided* small input: a conv's
+output channels index its weights with a stride of ``cin*kh*kw``. Staging copies the weights once
+(``STAGE`` loops before the main loops, then a BARRIER) into a buffer laid out with the channel axis
+innermost, so a tile can take 16 output channels as one AVX-512 vector while the image rows (20 or 24
+wide, which no 16-lane vector divides) become broadcast rows. On the CPU the staged buffer is an array
+on the kernel's stack shared by its threads (at most ``STAGE_MAX_BYTES``); on GPU-style renderers it is
+shared memory, filled by every thread before a barrier.
 
 ``optimize_kernel(ast, renderer, opts)`` returns the rewritten AST and the applied opts.
 """
@@ -54,7 +63,7 @@ def kernel_info(ast: UOp) -> KernelInfo:
 
 class OptOps(Enum):
     UPCAST = auto(); UNROLL = auto(); LOCAL = auto(); GROUP = auto(); GROUPTOP = auto(); PADTO = auto()
-    THREAD = auto(); NOLOCALS = auto(); SWAP = auto(); TC = auto()
+    THREAD = auto(); NOLOCALS = auto(); SWAP = auto(); TC = auto(); STAGE = auto()
     def __repr__(self) -> str: return f"OptOps.{self.name}"
 
 @dataclass(frozen=True)
@@ -71,7 +80,7 @@ def _size(r: UOp):
 
 # the order of axes in ``kernel_axes`` and ``colored_shape`` (tinygrad's: global, local, group, reduce, upcast)
 _AXIS_RANK = {AxisType.GLOBAL: 0, AxisType.THREAD: 0, AxisType.LOOP: 0, AxisType.LOCAL: 1, AxisType.GROUP_REDUCE: 2,
-              AxisType.REDUCE: 3, AxisType.UPCAST: 4, AxisType.UNROLL: 5}
+              AxisType.REDUCE: 3, AxisType.UPCAST: 4, AxisType.UNROLL: 5, AxisType.STAGE: 6}
 
 def kernel_axes(ast: UOp) -> list[UOp]:
     """The kernel's optimizable ranges: globals (and threads), then locals, then grouped reduce
@@ -82,7 +91,8 @@ def kernel_axes(ast: UOp) -> list[UOp]:
 def colored_shape(ast: UOp) -> str:
     """Loop sizes coloured by kind: blue global, cyan local, green grouped reduce, red reduce,
     yellow upcast (DEBUG>=3 prints it with the applied opts)."""
-    ranges = sorted([x for x in ast.toposort if x.op is Ops.RANGE], key=lambda r: (_AXIS_RANK[r.arg[1]], r.arg[0]))
+    ranges = sorted([x for x in ast.toposort if x.op is Ops.RANGE and x.arg[1] is not AxisType.STAGE],
+                    key=lambda r: (_AXIS_RANK[r.arg[1]], r.arg[0]))
     return "_".join(colored(str(_size(r)), AXIS_COLORS[r.arg[1]]) for r in ranges)
 
 def _next_id(ast: UOp) -> int:
@@ -149,6 +159,8 @@ def apply_opt(ast: UOp, opt: Opt, renderer) -> UOp:
         new = _group(ast, rng, amount, top=opt.op is OptOps.GROUPTOP)
     elif opt.op is OptOps.PADTO:
         new = _padto(ast, rng, amount)
+    elif opt.op is OptOps.STAGE:
+        new = _stage(ast, rng, renderer)
     else: raise KernelOptError(f"{opt.op.name} is not supported here")
     return _check_launch(new, renderer)
 
@@ -184,8 +196,8 @@ def grouped_partial_slots(ast: UOp, red: UOp) -> list[UOp]:
     return local + groups + upcasts
 
 def shared_memory_bytes(ast: UOp) -> int:
-    """Bytes of shared memory the grouped reduces of ``ast`` need (one buffer each)."""
-    total = 0
+    """Bytes of shared memory the staged inputs and grouped reduces of ``ast`` need (one buffer each)."""
+    total = sum(x.dtype.size * x.dtype.base.itemsize for x in ast.toposort if x.op is Ops.DEFINE_LOCAL)   # staged inputs
     for red in [x for x in ast.toposort if x.op is Ops.REDUCE]:
         if any(r.arg[1] is AxisType.GROUP_REDUCE for r in red.src[1:]):
             total += prod(_size(r) for r in grouped_partial_slots(ast, red)) * red.dtype.itemsize
@@ -246,7 +258,7 @@ def _padto(ast: UOp, rng: UOp, amount: int) -> UOp:
         return index.replace(src=(index.src[0], index.src[1], valid if len(index.src) < 3 else valid.alu(Ops.AND, index.src[2])))
     gated: dict[UOp, UOp] = {}
     for x in ast.toposort:
-        if x.op is Ops.INDEX and x.src[0].op is Ops.PARAM and new in ranges_in(x.src[1]): gated[x] = gate(x)
+        if x.op is Ops.INDEX and x.src[0].op in (Ops.PARAM, Ops.DEFINE_LOCAL) and new in ranges_in(x.src[1]): gated[x] = gate(x)
     for st in [x for x in ast.toposort if x.op is Ops.STORE]:
         if st.src[0] not in gated and new in free_ranges(st): gated[st.src[0]] = gate(st.src[0])
     ast = ast.substitute(gated)
@@ -257,6 +269,45 @@ def _padto(ast: UOp, rng: UOp, amount: int) -> UOp:
             value = valid.where(value, UOp.const(value.dtype, identity_value(red.arg, value.dtype)))
         mapping[red] = red.replace(src=(value,) + red.src[1:])
     return ast.substitute(mapping) if mapping else ast
+
+STAGE_MAX_BYTES = 256 * 1024   # staged copies live on the kernel's stack on the CPU
+
+def _stage(ast: UOp, rng: UOp, renderer) -> UOp:
+    """Stage every input load whose address moves along ``rng`` and that reads few enough elements.
+
+    A staged load ``buf[f(r1..rn)]`` becomes ``stage[slot(r1..rn)]``: ``stage`` holds one element per
+    combination of the load's ranges (its footprint), in the order: other loop ranges by id, then
+    ``rng``, then UPCAST ranges, so ``rng`` (or its upcast part) is contiguous. The copy runs once,
+    before every other loop, over fresh STAGE ranges (gated loads copy their zeros too); a BARRIER
+    after it orders the reads. Later actions transform the staged read like any load."""
+    written = {x.src[0].src[0] for x in ast.toposort if x.op is Ops.STORE and x.src[0].op is Ops.INDEX}
+    loads = [x for x in ast.toposort if x.op is Ops.LOAD and x.src[0].op is Ops.INDEX and x.src[0].src[0].op is Ops.PARAM
+             and x.src[0].src[0] not in written and rng in ranges_in(x.src[0])]
+    limit = STAGE_MAX_BYTES if not renderer.has_local else renderer.shared_max
+    used = sum(x.dtype.size * x.dtype.base.itemsize for x in ast.toposort if x.op is Ops.DEFINE_LOCAL)
+    next_id, number = _next_id(ast), sum(1 for x in ast.toposort if x.op is Ops.DEFINE_LOCAL)
+    mapping: dict[UOp, UOp] = {}
+    for load in loads:
+        ranges = ranges_in(load.src[0])
+        if any(r.arg[1] is AxisType.STAGE or not isinstance(_size(r), int) for r in ranges): continue
+        order = sorted([r for r in ranges if r is not rng and r.arg[1] is not AxisType.UPCAST], key=lambda r: r.arg[0]) + [rng] + \
+            sorted([r for r in ranges if r is not rng and r.arg[1] is AxisType.UPCAST], key=lambda r: r.arg[0])
+        footprint = prod(_size(r) for r in order)
+        if used + footprint * load.dtype.itemsize > limit: continue
+        used += footprint * load.dtype.itemsize
+        copies: list[UOp] = []
+        for r in order:
+            copies.append(UOp(Ops.RANGE, dtypes.index, (r.src[0],) + tuple(copies), (next_id, AxisType.STAGE)))
+            next_id += 1
+        from fusegrad.codegen.lowering import _slot_index
+        buffer = UOp(Ops.DEFINE_LOCAL, load.dtype.ptr(footprint, local=True), (), f"stage{number}")
+        number += 1
+        fill = buffer.index(_slot_index(copies)).store(load.substitute(dict(zip(order, copies))))
+        filled = UOp(Ops.BARRIER, dtypes.void, (buffer, UOp(Ops.END, dtypes.void, (fill,) + tuple(copies))))
+        mapping[load] = buffer.index(_slot_index(order)).load(filled)
+    if not mapping:
+        raise KernelOptError(f"STAGE: no input read along axis {rng.arg[0]} fits in {limit - used} bytes of staging memory")
+    return ast.substitute(mapping)
 
 def _zero_when_padded(value: UOp, rng: UOp) -> bool:
     """Is ``value`` exactly 0 whenever the loads whose address depends on ``rng`` read 0? (Only
@@ -319,11 +370,12 @@ def renest(ast: UOp) -> UOp:
     """Recompute every RANGE's enclosing loops (its extra sources) from the kernel's structure:
     globals nest in id order; output UPCAST ranges sit inside every global; a reduce's ranges sit
     inside the non-upcast ranges its value depends on."""
-    ranges = [x for x in ast.toposort if x.op is Ops.RANGE]
+    # (the STAGE loops of a staged copy keep their own nesting: they run before everything else)
+    ranges = [x for x in ast.toposort if x.op is Ops.RANGE and x.arg[1] is not AxisType.STAGE]
     if not ranges: return ast
     bare = {r: UOp(Ops.RANGE, r.dtype, (r.src[0],), r.arg) for r in ranges}
     ast = ast.substitute(bare)
-    ranges = [x for x in ast.toposort if x.op is Ops.RANGE]
+    ranges = [x for x in ast.toposort if x.op is Ops.RANGE and x.arg[1] is not AxisType.STAGE]
     reduces = [x for x in ast.toposort if x.op is Ops.REDUCE]
     reduce_ranges = {r for red in reduces for r in red.src[1:]}
     parents: dict[UOp, list[UOp]] = {}
@@ -433,6 +485,45 @@ def _register_tile(globals_: list[UOp], loads: list[UOp]) -> list[tuple[UOp, int
     if neighbour is not None: tile.append((neighbour, amount))
     return tile + [(column, column_amount)]
 
+def _stride(index: UOp, rng: UOp) -> int | None:
+    """How far an address moves per step of ``rng`` (None when that isn't a constant)."""
+    from fusegrad.uop.ops import graph_rewrite
+    from fusegrad.uop.symbolic import symbolic
+    step = graph_rewrite(index.substitute({rng: rng + 1}) - index, symbolic)
+    return step.arg if step.op is Ops.CONST else None
+
+def _channel_tile(globals_: list[UOp], loads: list[UOp], lanes: int) -> list[tuple[UOp, int]]:
+    """A register tile whose vector axis is a channel axis of ``lanes`` elements (conv and its gradients).
+
+    The usual tile takes its vector from the innermost axis (a conv's output row); 20 or 24 wide rows
+    make 4 or 8 lane vectors, a quarter or half of AVX-512. Output channels (32, 64) fill whole vectors,
+    and every load is then either along the channels (weights; staged to be contiguous, see ``STAGE``)
+    or broadcast along them (the image). The image axes become the tile's positions: about 10-18 of
+    them (measured on the MNIST convs, 2x5 to 3x6; more spill registers), or a whole 3x3/5x5 window in
+    a weight gradient, where each position reuses the channel vector that was gathered once per step.
+    Returns [] when the usual tile already fills vectors or no channel axis fits."""
+    depends = {g: _loads_depending_on(loads, g) for g in globals_ if isinstance(_size(g), int)}
+    column = next((g for g in reversed(globals_) if g in depends and depends[g] and frozenset(loads) - depends[g]), None)
+    if column is None or (column_amount := _column_amount(_size(column))) is None or column_amount % lanes == 0: return []
+    channel = next((g for g in reversed(globals_) if g in depends and depends[g] and not (depends[g] & depends[column])
+                    and _size(g) % lanes == 0), None)
+    if channel is None: return []
+    neighbour = next((g for g in reversed(globals_) if g in depends and g is not column and depends[g] == depends[column]), None)
+    if column_amount == _size(column) and column_amount < 6:   # a whole small window (weight gradient)
+        tile = [(column, column_amount)]
+        if neighbour is not None and _size(neighbour) <= 5: tile.insert(0, (neighbour, _size(neighbour)))
+    else:
+        amount = next(a for a in range(min(6, _size(column)), 0, -1) if _size(column) % a == 0)
+        tile = [(column, amount)] if amount > 1 else []
+        if neighbour is not None and (more := next((a for a in range(18 // amount, 1, -1) if _size(neighbour) % a == 0), None)):
+            tile.insert(0, (neighbour, more))
+    return tile + [(channel, lanes)]
+
+def _can_stage(ast: UOp, rng: UOp, renderer) -> bool:
+    try: _stage(ast, rng, renderer)
+    except KernelOptError: return False
+    return True
+
 def _as_opts(axes: list[UOp], choices: list[tuple[UOp, Any, OptOps]]) -> list[Opt]:
     """Turn (axis, amount, op) choices into Opts, following how axis numbers shift: a full-size
     UPCAST/UNROLL removes its axis from the list. For SWAP the 'amount' is the other axis."""
@@ -441,6 +532,9 @@ def _as_opts(axes: list[UOp], choices: list[tuple[UOp, Any, OptOps]]) -> list[Op
         index = remaining.index(rng)
         if op is OptOps.SWAP:
             opts.append(Opt(op, index, remaining.index(amount)))
+            continue
+        if op is OptOps.STAGE:
+            opts.append(Opt(op, index))
             continue
         opts.append(Opt(op, index, amount))
         if amount == _size(rng): remaining.pop(index)
@@ -470,8 +564,15 @@ def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
     choices: list[tuple[UOp, int, OptOps]] = []
     if reduce_nodes and reduces and len(reduce_nodes) <= 4:
         loads = list(dict.fromkeys(x for x in reduce_nodes[0].src[0].toposort if x.op is Ops.LOAD))
-        tile = _register_tile(globals_, loads) if len(globals_) >= 2 and len(loads) >= 2 else []
+        lanes = renderer.max_vector_bytes // 4 if renderer.vector_loops else 0
+        tile = _channel_tile(globals_, loads, lanes) if lanes and len(globals_) >= 2 and len(loads) >= 2 else []
         if tile:
+            # channel loads that aren't contiguous get a contiguous copy if small enough (else lanes are gathered)
+            channel = tile[-1][0]
+            if any(_stride(ld.src[0], channel) != 1 for ld in _loads_depending_on(loads, channel)) and _can_stage(ast, channel, renderer):
+                choices.append((channel, 0, OptOps.STAGE))
+            choices += [(rng, amount, OptOps.UPCAST) for rng, amount in tile]
+        elif tile := (_register_tile(globals_, loads) if len(globals_) >= 2 and len(loads) >= 2 else []):
             choices += [(rng, amount, OptOps.UPCAST) for rng, amount in tile]
             if _columns_outside(globals_, tile): choices.append((tile[0][0], tile[1][0], OptOps.SWAP))
         # a long reduction: partial sums in lanes (C can't reorder float adds into vectors itself)
@@ -483,7 +584,7 @@ def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
     # threads pay off only when a kernel runs well above the cost of waking them (~tens of us)
     if getattr(renderer, "has_threads", False) and threads > 1 and globals_ and work >= getenv("THREAD_MIN_WORK", 1 << 20):
         first = next((g for g in globals_ if all(g is not c[0] or c[1] != _size(g) for c in choices)), None)
-        outer = _size(first) // next((c[1] for c in choices if c[0] is first), 1) if first is not None and isinstance(_size(first), int) else 0
+        outer = _size(first) // next((c[1] for c in choices if c[0] is first and c[2] is OptOps.UPCAST), 1) if first is not None and isinstance(_size(first), int) else 0
         if first is globals_[0] and outer >= threads: opts.append(Opt(OptOps.THREAD, 0, threads))
     return opts
 

@@ -25,6 +25,7 @@ def candidate_actions(ast: UOp, renderer) -> list[Opt]:
     actions = [Opt(OptOps.UPCAST, axis, amount) for axis in range(min(n_axes, 6)) for amount in (2, 3, 4, 8, 16, 32)]
     actions += [Opt(OptOps.UNROLL, axis, amount) for axis in range(min(n_axes, 6)) for amount in (4, 8, 16)]
     actions += [Opt(OptOps.SWAP, axis, other) for axis in range(min(n_axes, 4)) for other in range(axis + 1, min(n_axes, 4))]
+    actions += [Opt(OptOps.STAGE, axis) for axis in range(min(n_axes, 4))]
     if getattr(renderer, "has_threads", False) and cpu_count() > 1: actions.append(Opt(OptOps.THREAD, 0, cpu_count()))
     if renderer.has_local:
         actions += [Opt(OptOps.LOCAL, axis, amount) for axis in range(min(n_axes, 5)) for amount in (2, 3, 4, 8, 13, 16, 29, 32)]
