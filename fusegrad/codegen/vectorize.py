@@ -65,6 +65,7 @@ class _Loop:
         self.coef: dict[UOp, int] = {}
         self.reg_accesses: list[tuple[UOp, UOp]] = []   # (DEFINE_REG, INDEX) accessed as vectors
         self.strided: set[UOp] = set()                  # INDEXes accessed lane by lane
+        self.irregular: set[UOp] = set()                # ... of them, those whose index isn't affine in the loop variable
 
     def coefficient(self, u: UOp) -> int:
         if u not in self.varying: return 0
@@ -97,7 +98,11 @@ class _Loop:
             if u.op is Ops.INDEX:
                 if len(u.src) > 2: raise _Reject("gated access")
                 if u.src[0].op not in (Ops.PARAM, Ops.DEFINE_REG, Ops.DEFINE_LOCAL): raise _Reject(f"access to {u.src[0].op}")
-                if self.coefficient(u.src[1]) != 1:
+                try: contiguous = self.coefficient(u.src[1]) == 1
+                except _Reject:   # index math that isn't affine (x // 2, a pooling window): per-lane addresses
+                    contiguous = False
+                    self.irregular.add(u)
+                if not contiguous:
                     # lane by lane: a gather (load) or scatter (store) of memory, never of registers
                     if u.src[0].op is Ops.DEFINE_REG: raise _Reject("non-contiguous register access")
                     self.strided.add(u)
@@ -126,8 +131,9 @@ class _Loop:
         for buf, indexes in stored.items():
             if accessed[buf] != indexes or len(indexes) != 1: raise _Reject("a written buffer read at another address")
         # lane-by-lane access pays off where the lanes then feed a register tile (a gathered channel
-        # vector reused by every tile position); a plain strided copy is faster as gcc's scalar code
-        if self.strided and not self.reg_accesses: raise _Reject("gather or scatter outside a register tile")
+        # vector reused by every tile position) or the index isn't affine (gcc can't vectorize that loop
+        # itself, and its scalar selects branch); a plain strided copy is faster as gcc's scalar code
+        if self.strided - self.irregular and not self.reg_accesses: raise _Reject("gather or scatter outside a register tile")
 
 class _Builder:
     """Builds the vector uops of one loop. Every new uop but constants gets ``arg=tag`` so it is
@@ -154,8 +160,9 @@ class _Builder:
         if u not in self.loop.varying: return mapped.get(u, u)
         if u in memo: return memo[u]
         a, b = (self.scalar_at(s, offset, mapped, memo) for s in u.src)
-        if a.op is Ops.CONST and b.op is Ops.CONST:
-            value = {Ops.ADD: a.arg + b.arg, Ops.SUB: a.arg - b.arg, Ops.MUL: a.arg * b.arg}[u.op]
+        if a.op is Ops.CONST and b.op is Ops.CONST and (u.op in (Ops.ADD, Ops.SUB, Ops.MUL) or (a.arg >= 0 and b.arg > 0)):
+            # (C's / and % agree with Python's // and % on non-negative operands)
+            value = {Ops.ADD: a.arg + b.arg, Ops.SUB: a.arg - b.arg, Ops.MUL: a.arg * b.arg, Ops.IDIV: a.arg // b.arg, Ops.MOD: a.arg % b.arg}[u.op]
             out = UOp.const(u.dtype, value)
         elif u.op is Ops.ADD and b.op is Ops.CONST and b.arg == 0: out = a
         elif u.op is Ops.ADD and a.op is Ops.CONST and a.arg == 0: out = b

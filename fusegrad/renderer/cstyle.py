@@ -75,7 +75,7 @@ class CStyleLanguage(Renderer):
             # integer division by zero is undefined in C: define it as 0, like the PYTHON device
             return f"({s[1]}==0?0:({s[0]}{symbol}{s[1]}))"
         if op is Ops.MAX:
-            if dtypes.is_float(dtype): return f"(({s[0]}>{s[1]}||{s[0]}!={s[0]})?{s[0]}:{s[1]})"
+            if dtypes.is_float(dtype): return f"((({s[0]}>{s[1]})|({s[0]}!={s[0]}))?{s[0]}:{s[1]})"
             return f"(({s[0]}>{s[1]})?{s[0]}:{s[1]})"
         if op is Ops.WHERE: return f"({s[0]}?{s[1]}:{s[2]})"
         if op is Ops.MULACC: return f"(({s[0]}*{s[1]})+{s[2]})"

@@ -138,6 +138,14 @@ def test_heuristic_register_tile_shapes():
     opts = _opts_on(x.conv2d(w).schedule()[-1].ast, "CPU")
     assert opts == [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 2, 2), Opt(OptOps.UPCAST, 3, 4)]   # and no UNROLL
 
+def test_heuristic_unrolls_the_reduce_axis_that_fills_vectors():
+    # reduce axes 64 and 6: lanes of partial sums on the 64 (6 makes no vector), as in BatchNorm's
+    # gradient over (batch, 6, 6)
+    x = Tensor.ones(4, 64, 6).contiguous().realize()
+    item = x.sum((1, 2)).schedule()[-1]
+    assert Opt(OptOps.UNROLL, 1, 16) in _opts_on(item.ast, "CPU")
+    np.testing.assert_allclose(_run(item, _opts_on(item.ast, "CPU"), "CPU"), np.full(4, 384.0))
+
 @pytest.mark.parametrize("opt, message", [
     (Opt(OptOps.UPCAST, 0, 5), "doesn't divide"),
     (Opt(OptOps.UPCAST, 2, 4), "UNROLL"),            # axis 2 is the reduce

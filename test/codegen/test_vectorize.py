@@ -100,6 +100,30 @@ def test_gathered_vector_in_a_register_tile():
     assert ")[15];" in src   # the scatter of the last lane
     _compare(item, opts)
 
+def _upsampled(m, n):
+    def build(device):
+        x = Tensor(np.random.default_rng(m).standard_normal((m, n)).astype(np.float32), device=device).realize()
+        y = Tensor(np.random.default_rng(n).standard_normal((m, 2 * n)).astype(np.float32), device=device).realize()
+        return (y > 0).where(x.reshape(m, n, 1).expand(m, n, 2).reshape(m, 2 * n) * y, 0.0)
+    return build
+
+def test_irregular_index_is_gathered():
+    """x[i, j // 2] (a pooling or upsampling window) isn't affine in j: its lanes are loaded one by one,
+    and the rest of the loop (the select, the contiguous load and store) is vector code."""
+    item = _kernel(_upsampled(4, 32), "CPU")
+    opts = [Opt(OptOps.UPCAST, 1, 16)]
+    src = get_program(item.ast, Device["CPU"].renderer, opts).src
+    assert "((float16){val" in src and "*((float16_u*)(data0+" in src, src
+    _compare(item, opts)
+
+def test_heuristic_vectorizes_elementwise_unless_strided():
+    from fusegrad.codegen.opt import hand_coded_optimizations
+    big = _kernel(_upsampled(64, 1024), "CPU")
+    assert hand_coded_optimizations(big.ast, Device["CPU"].renderer)[0] == Opt(OptOps.UPCAST, 1, 16)
+    # a transpose reads with a stride: gcc's scalar loop is faster than lanes gathered one by one
+    transposed = _kernel(_transposed(256, 512), "CPU")
+    assert not any(o.op is OptOps.UPCAST for o in hand_coded_optimizations(transposed.ast, Device["CPU"].renderer))
+
 def test_vectorize_off():
     item = _kernel(_matmul(16, 24, 32), "CPU")
     with Context(VECTORIZE=0): src = get_program(item.ast, Device["CPU"].renderer, [Opt(OptOps.UPCAST, 1, 16)]).src
