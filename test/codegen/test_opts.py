@@ -146,6 +146,18 @@ def test_heuristic_unrolls_the_reduce_axis_that_fills_vectors():
     assert Opt(OptOps.UNROLL, 1, 16) in _opts_on(item.ast, "CPU")
     np.testing.assert_allclose(_run(item, _opts_on(item.ast, "CPU"), "CPU"), np.full(4, 384.0))
 
+def test_heuristic_reads_rows_for_column_reductions():
+    # v @ A and A.sum(0) reduce down A's columns: 64 outputs at a time read each row contiguously;
+    # A @ v reduces along A's rows: partial-sum lanes along the (contiguous) reduce instead
+    rng = np.random.default_rng(4)
+    a = Tensor(rng.standard_normal((128, 256)).astype(np.float32)).realize()
+    v, w = Tensor(rng.standard_normal(128).astype(np.float32)).realize(), Tensor(rng.standard_normal(256).astype(np.float32)).realize()
+    for out, expected in [(v @ a, v.numpy() @ a.numpy()), (a.sum(0), a.numpy().sum(0))]:
+        item = out.schedule()[-1]
+        assert _opts_on(item.ast, "CPU")[0] == Opt(OptOps.UPCAST, 0, 64)
+        np.testing.assert_allclose(_run(item, _opts_on(item.ast, "CPU"), "CPU"), expected, rtol=1e-4, atol=1e-4)
+    assert _opts_on((a @ w).schedule()[-1].ast, "CPU")[0] == Opt(OptOps.UNROLL, 1, 16)
+
 @pytest.mark.parametrize("opt, message", [
     (Opt(OptOps.UPCAST, 0, 5), "doesn't divide"),
     (Opt(OptOps.UPCAST, 2, 4), "UNROLL"),            # axis 2 is the reduce
