@@ -6,9 +6,10 @@ device). A loop ``for (r = 0; r < W; r++) { body }`` qualifies when:
 - it is an UPCAST loop (UPCAST/UNROLL opts, and the accumulator loops ``lower_reduces`` makes)
   with a constant trip count W that splits into at most 4 vectors of V lanes (V = 16, 8 or 4,
   capped by ``renderer.max_vector_bytes``), and no loop nests inside it;
-- r only feeds index math that is affine in r with coefficient 1 (``base + r``), and every
-  memory access is either ``base + r`` (a contiguous vector access) or, for loads of buffers
-  the loop does not write, independent of r (a broadcast);
+- every memory access is ``base + r`` (a contiguous vector access), independent of r (a
+  broadcast, for loads of buffers the loop does not write), or anything else, accessed lane by
+  lane (a gather of V scalar loads, or a scatter of V scalar stores) when the loop also works on a
+  register tile or the index isn't affine in r (see docs/decisions.md: where gathers pay);
 - no access is gated, every buffer the loop writes is read (if at all) at the same address,
   and every other op is an elementwise ALU op, CAST or BITCAST on 32-bit lanes (float32, int32,
   uint32, bool as 32-bit masks).
@@ -16,7 +17,8 @@ device). A loop ``for (r = 0; r < W; r++) { body }`` qualifies when:
 A qualifying loop becomes W/V chunks; chunk c computes lanes r = c*V .. c*V+V-1 with vector
 dtypes (``dtypes.float32.vec(V)``): vector LOADs/STOREs from a scalar-pointer INDEX at
 ``base + c*V`` (V contiguous elements, no alignment assumed), VECTORIZE of one repeated scalar for
-broadcasts, and lane-wise ALU ops. Every lane does the same ops in the same order as its scalar
+broadcasts, VECTORIZE of V scalar loads for gathers, a GEP and scalar STORE per lane for scatters,
+and lane-wise ALU ops. Every lane does the same ops in the same order as its scalar
 iteration did, so no sum is reordered; results match the scalar loop up to FMA contraction, which
 gcc (-ffp-contract=fast) may apply differently to scalar and vector code (a few ulps). Compares
 give -1/0 lane masks, so a loop that uses a bool as a number (or orders bools) stays scalar. A register array (DEFINE_REG) whose loop accesses
