@@ -312,6 +312,19 @@ def test_stage_matches_unoptimized(device):
         assert len(stages) == 1 + (Opt(S, 0) in opts) + (Opt(S, 4) in opts), (opts, stages)
         np.testing.assert_allclose(_run(item, opts, device), reference, rtol=1e-5, atol=1e-5, err_msg=str(opts))
 
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_unroll_replaces_the_range_everywhere(device):
+    # BatchNorm's mean over (batch, y, x): after UNROLL of the batch and of y, x's loop is nested in
+    # y's; a stale copy of y's range kept there ran as a second loop with y's variable (found by
+    # fuzzing random action lists against the unoptimized kernel)
+    x = Tensor(np.random.default_rng(8).standard_normal((4, 32, 20, 20)).astype(np.float32), device=device).realize()
+    item = x.mean((0, 2, 3)).schedule()[-1]
+    opts = [Opt(R, 1, 4), Opt(R, 2, 4), Opt(U, 0, 2)]
+    ast = item.ast
+    for opt in opts: ast = apply_opt(ast, opt, Device[device].renderer)
+    assert [r.src[0].arg for r in kernel_axes(ast)] == [16, 1, 5, 20]
+    np.testing.assert_allclose(_run(item, opts, device), x.numpy().mean((0, 2, 3)), rtol=1e-5, atol=1e-6)
+
 def test_stage_copies_once_before_the_threads():
     item = _kernel(_conv_forward, "CPU")
     src = get_program(item.ast, Device["CPU"].renderer, [Opt(S, 1), Opt(OptOps.THREAD, 0, 2)]).src

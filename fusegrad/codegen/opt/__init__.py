@@ -233,8 +233,9 @@ def _group(ast: UOp, rng: UOp, amount: int, top: bool) -> UOp:
         ranges: list[UOp] = []
         for r in red.src[1:]: ranges += ([rest] if rest is not None else []) + [group] if r is rng else [r]
         mapping[red] = UOp(Ops.REDUCE, red.dtype, (value,) + tuple(ranges), red.arg)
-    # other uses of the range (as an enclosing loop of nested ranges) see the split expression
-    return ast.substitute({**mapping, rng: expr})
+    # other uses of the range (as an enclosing loop of nested ranges, also inside the new reduces)
+    # see the split expression
+    return ast.substitute(mapping).substitute({rng: expr})
 
 def _padto(ast: UOp, rng: UOp, amount: int) -> UOp:
     """Round range ``rng`` up to a multiple of ``amount``. Loads and stores whose address moves
@@ -351,7 +352,9 @@ def _unroll(ast: UOp, rng: UOp, amount: int) -> UOp:
         others = tuple(r for r in red.src[1:] if r is not rng)
         partial = UOp(Ops.REDUCE, red.dtype, (value, outer) + others, red.arg)
         mapping[red] = UOp(Ops.REDUCE, red.dtype, (partial, lane), red.arg)
-    return ast.substitute(mapping)
+    # then the range's other uses: as an enclosing loop of nested ranges, also inside the new reduces
+    # (left alone, a stale copy of the range would run as a second loop with the same variable)
+    return ast.substitute(mapping).substitute({rng: outer * amount + lane})
 
 def free_ranges(node: UOp) -> set[UOp]:
     """The ranges ``node`` depends on that no REDUCE inside it has closed."""
