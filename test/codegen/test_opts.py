@@ -325,6 +325,48 @@ def test_unroll_replaces_the_range_everywhere(device):
     assert [r.src[0].arg for r in kernel_axes(ast)] == [16, 1, 5, 20]
     np.testing.assert_allclose(_run(item, opts, device), x.numpy().mean((0, 2, 3)), rtol=1e-5, atol=1e-6)
 
+def _training_kernels(device):
+    """Every kernel of a small CNN's forward and backward (conv with 16 channels, BatchNorm, max-pool,
+    linear), run in order so each has real inputs."""
+    from fusegrad.engine.realize import lower_schedule_item
+    rng = np.random.default_rng(12)
+    def tensor(*shape): return Tensor(rng.standard_normal(shape).astype(np.float32), device=device, requires_grad=True).realize()
+    x = Tensor(rng.standard_normal((2, 1, 12, 12)).astype(np.float32), device=device).realize()
+    params = [tensor(16, 1, 5, 5), tensor(16), tensor(16, 16, 3, 3), tensor(1, 16, 1, 1), tensor(16 * 3 * 3, 3)]
+    w1, b1, w2, gamma, fc = params
+    h = x.conv2d(w1, b1).relu().conv2d(w2)
+    h = (h - h.mean((0, 2, 3), keepdim=True)) * (h.var((0, 2, 3), keepdim=True) + 1e-5).rsqrt() * gamma   # BatchNorm
+    loss = (h.max_pool2d().flatten(1) @ fc).sparse_categorical_crossentropy(Tensor([0, 2], device=device))
+    items = Tensor.schedule(*loss.gradient(*params))
+    for item in items: lower_schedule_item(item).run()
+    return [item for item in items if item.ast.op is Ops.SINK]
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_random_action_lists_match_unoptimized(device):
+    """Random legal action lists (BEAM's candidates, up to 4 deep) on every kernel of a training step:
+    every list leaves each loop one range (no two ranges share a loop variable), and the first few
+    compute what the unoptimized kernel computes."""
+    import random
+    choose, renderer, checked = random.Random(7), Device[device].renderer, 0
+    for item in _training_kernels(device):
+        reference = _run(item, [], device)
+        for trial in range(25):
+            ast, opts = item.ast, []
+            for _ in range(choose.randint(1, 4)):
+                actions = candidate_actions(ast, renderer)
+                choose.shuffle(actions)
+                for action in actions[:20]:
+                    try: ast = apply_opt(ast, action, renderer)
+                    except KernelOptError: continue
+                    opts.append(action)
+                    break
+            ids = [r.arg[0] for r in {x for x in ast.toposort if x.op is Ops.RANGE}]
+            assert len(ids) == len(set(ids)), f"two ranges share an id after {opts}"
+            if trial < 4:
+                np.testing.assert_allclose(_run(item, opts, device), reference, rtol=1e-4, atol=1e-5, err_msg=f"{item.ast.arg} {opts}")
+                checked += 1
+    assert checked >= 40
+
 def test_stage_copies_once_before_the_threads():
     item = _kernel(_conv_forward, "CPU")
     src = get_program(item.ast, Device["CPU"].renderer, [Opt(S, 1), Opt(OptOps.THREAD, 0, 2)]).src
