@@ -36,6 +36,24 @@ def test_conv2d_grid(stride, dilation, padding, groups):
                    lambda x, w, b: F.conv2d(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups),
                    lambda x, w, b: x.conv2d(w, b, groups=groups, stride=stride, dilation=dilation, padding=padding), atol=1e-4)
 
+def torch_conv_input_grad(x, w):
+    tx = torch.tensor(x, requires_grad=True)
+    (F.conv2d(tx, torch.tensor(w), stride=2, padding=1) ** 2).sum().backward()
+    return tx.grad.numpy()
+
+def test_strided_conv_input_gradient_is_a_plain_convolution():
+    # differentiating the window trick of a stride-2 conv gave a reduce full of div/mod index math
+    # (9 GFLOPS); the explicit rule convolves the zero-stuffed, padded output gradient instead
+    from fusegrad.uop.ops import Ops
+    x = Tensor.randn(2, 8, 12, 12, requires_grad=True).realize()
+    w = Tensor.randn(16, 8, 3, 3).realize()
+    dx, = (x.conv2d(w, stride=2, padding=1) ** 2).sum().gradient(x)
+    reduces = [item.ast for item in dx.schedule() if item.ast.op is Ops.SINK and any(u.op is Ops.REDUCE for u in item.ast.toposort)]
+    assert len(reduces) == 2   # the forward conv and the input gradient's (zero-stuffing and padding are one copy)
+    assert [any(u.op in (Ops.IDIV, Ops.MOD) for u in ast.toposort) for ast in reduces].count(False) == 1
+    dx, = (x.conv2d(w, stride=2, padding=1) ** 2).sum().gradient(x)
+    np.testing.assert_allclose(dx.numpy(), torch_conv_input_grad(x.numpy(), w.numpy()), atol=1e-3, rtol=1e-4)
+
 def test_conv2d_no_bias_1x1_and_size1():
     helper_test_op([(1, 3, 1, 1), (2, 3, 1, 1)], lambda x, w: F.conv2d(x, w), lambda x, w: x.conv2d(w), atol=1e-5)
 

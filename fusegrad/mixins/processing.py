@@ -18,15 +18,19 @@ if TYPE_CHECKING: from fusegrad.tensor import Tensor
 
 @dataclass(frozen=True)
 class _ConvInputGradient:
-    """The gradient rule of a stride-1, undilated convolution (an Ops.CUSTOM arg; equal convs give
+    """The gradient rule of a convolution's (padded) input (an Ops.CUSTOM arg; equal convs give
     equal rules, so equal graphs stay equal and schedules stay cached).
 
     Differentiating the sliding-window reshape trick gives index math full of data-dependent div/mod
-    (slow kernels). The same input gradient is a plain convolution: the output gradient padded by
-    k-1 on every side, convolved with the weights flipped and with in/out channels swapped (per
-    group). The weight gradient still comes from ordinary autograd through the windows."""
+    (slow kernels: a stride-2 conv's input gradient ran at 9 GFLOPS). The same input gradient is a
+    plain stride-1 convolution: the output gradient with stride-1 zeros between its elements,
+    padded by d*(k-1) on every side, convolved (dilation d) with the weights flipped and with in/out
+    channels swapped (per group); rows and columns no window reached get zeros. The weight gradient
+    still comes from ordinary autograd through the windows."""
     groups: int
     kernel: tuple
+    stride: tuple
+    dilation: tuple
     def __call__(self, node: UOp, grad: UOp) -> tuple:
         from fusegrad.gradient import compute_gradient
         Tensor = _T()
@@ -37,15 +41,25 @@ class _ConvInputGradient:
         swapped = w.reshape(self.groups, cout // self.groups, cin, *self.kernel).transpose(1, 2)
         swapped = swapped.reshape(self.groups * cin, cout // self.groups, *self.kernel)
         flipped = swapped.flip(*range(2, 2 + len(self.kernel)))
+        g = Tensor(grad, requires_grad=False)
+        if any(s > 1 for s in self.stride):   # stride-1 zeros between elements (as conv_transpose2d does)
+            g = g.reshape(*g.shape[:2], *flatten((n, 1) for n in g.shape[2:]))
+            g = g.pad((None, None, *flatten((None, (0, s - 1)) for s in self.stride)))
+            g = g.reshape(*g.shape[:2], *[n * s for n, s in zip(g.shape[2::2], self.stride)])
+            g = g.shrink((None, None, *[(0, n - (s - 1)) for n, s in zip(g.shape[2:], self.stride)]))
         # the padded gradient is stored: read in place, the pad would be a per-element gate in the
         # conv's innermost loop, which keeps the compiler from vectorizing it (~3x slower)
-        g = Tensor(grad, requires_grad=False).pad([k - 1 for k in reversed(self.kernel) for _ in range(2)]).contiguous()
-        dx = g.conv2d(flipped, groups=self.groups).cast(x_node.dtype)
+        g = g.pad([d * (k - 1) for k, d in zip(reversed(self.kernel), reversed(self.dilation)) for _ in range(2)]).contiguous()
+        dx = g.conv2d(flipped, groups=self.groups, dilation=self.dilation).cast(x_node.dtype)
+        # input rows/columns past the last window (a stride that doesn't divide) get no gradient
+        missing = [i - o for i, o in zip(x_node.shape[2:], dx.shape[2:])]
+        if any(missing): dx = dx.pad(_grouped_to_flat([(0, m) for m in missing]))
         return dx.uop, dw
 
-def _with_conv_input_gradient(ret: "Tensor", padded: "Tensor", weight: "Tensor", groups: int, HW: tuple) -> "Tensor":
+def _with_conv_input_gradient(ret: "Tensor", padded: "Tensor", weight: "Tensor", groups: int, HW: tuple, stride: tuple,
+                              dilation: tuple) -> "Tensor":
     """``ret`` with the explicit input gradient of _ConvInputGradient attached."""
-    rule = _ConvInputGradient(groups, tuple(HW))
+    rule = _ConvInputGradient(groups, tuple(HW), tuple(stride), tuple(dilation))
     return _T()(UOp(Ops.CUSTOM, ret.dtype, (ret.uop, padded.uop, weight.uop), rule), requires_grad=ret.requires_grad)
 
 def _T() -> type:
@@ -183,8 +197,7 @@ class ProcessingMixin:
         # broadcast to (bs, groups, rcout, *oyx, cin, *HW) and reduce cin and the kernel
         ret = (x * weight.reshape(1, groups, rcout, *[1] * len(oyx), cin, *HW))
         ret = ret.sum([-1 - i for i in range(1 + len(oyx))], keepdim=True, acc_dtype=acc_dtype, dtype=dtype).reshape(bs, cout, *oyx)
-        if all(s == 1 for s in s_) and all(d == 1 for d in d_) and dtypes.is_float(ret.dtype):
-            ret = _with_conv_input_gradient(ret, padded, weight, groups, HW)
+        if dtypes.is_float(ret.dtype): ret = _with_conv_input_gradient(ret, padded, weight, groups, HW, s_, d_)
         return ret if bias is None else ret.add(bias.reshape(1, -1, *[1] * len(HW)))
 
     def conv_transpose2d(self: "Tensor", weight: "Tensor", bias: "Tensor | None" = None, groups: int = 1, stride: int | Sequence[int] = 1,
