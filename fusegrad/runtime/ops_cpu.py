@@ -17,11 +17,17 @@ class ClangCompiler(Compiler):
     """``cc -shared -O2 -march=native``: C source in, shared-library bytes out."""
     base_flags = ["-shared", "-O3", "-fPIC", "-march=native", "-fno-math-errno", "-ffp-contract=fast", "-Wno-unused"]
     def __init__(self) -> None:
-        try: version = subprocess.run(_compiler_command() + ["--version"], capture_output=True, text=True, check=True).stdout.split("\n")[0]
+        try: about = subprocess.run(_compiler_command() + ["--version"], capture_output=True, text=True, check=True).stdout
         except (OSError, subprocess.CalledProcessError) as e:
             raise RuntimeError(f"the CPU device needs a C compiler ({_compiler_command()[0]}); install gcc or clang, or set CC: {e}")
         self.has_openmp = _supports_openmp()
-        self.flags = self.base_flags + (["-fopenmp"] if self.has_openmp else []) + ["-x", "c", "-"]
+        # GCC 12 at -O3 -march=native miscompiles a loop whose load is gated by a condition and has a
+        # negative offset where the gate is off (the if-converted masked load read zeros: a padded
+        # tensor's gradient came out 0). Gated loads that should be vectors are masked vector loads
+        # written out by codegen/vectorize.py, so GCC's own if-conversion isn't needed.
+        version = about.split("\n")[0]
+        gcc_only = ["-fno-tree-loop-if-convert"] if "free software foundation" in about.lower() else []
+        self.flags = self.base_flags + gcc_only + (["-fopenmp"] if self.has_openmp else []) + ["-x", "c", "-"]
         super().__init__(f"cpu_{version}_{' '.join(self.flags)}_{platform.machine()}")
     def compile(self, src: str) -> bytes:
         with tempfile.TemporaryDirectory() as tmp:

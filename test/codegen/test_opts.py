@@ -115,12 +115,15 @@ def test_heuristic_register_tile_shapes():
     # weight gradient (cout, cin, ky, kx) of a 5x5 conv: the whole 5x5 window is the tile's positions and
     # 16 output channels its vector; the output gradient is big, so its channel vector is gathered, not staged
     rng = np.random.default_rng(5)
-    x = Tensor(rng.standard_normal((8, 8, 36, 36)).astype(np.float32)).realize()
-    w = Tensor(rng.standard_normal((16, 8, 5, 5)).astype(np.float32), requires_grad=True).realize()
-    dw, = (x.conv2d(w) ** 2).sum().gradient(w)
-    items = [i for i in dw.schedule() if i.ast.op is Ops.SINK]
-    tiles = [_opts_on(i.ast, "CPU") for i in items]
-    assert [Opt(OptOps.UPCAST, 2, 5), Opt(OptOps.UPCAST, 2, 5), Opt(OptOps.UPCAST, 0, 16)] in [t[:3] for t in tiles], tiles
+    def weight_gradient_tiles(size, batch=16):
+        x = Tensor(rng.standard_normal((batch, 8, size, size)).astype(np.float32)).realize()
+        w = Tensor(rng.standard_normal((16, 8, 5, 5)).astype(np.float32), requires_grad=True).realize()
+        dw, = (x.conv2d(w) ** 2).sum().gradient(w)
+        return [_opts_on(i.ast, "CPU")[:3] for i in dw.schedule() if i.ast.op is Ops.SINK]
+    assert [Opt(OptOps.UPCAST, 2, 5), Opt(OptOps.UPCAST, 2, 5), Opt(OptOps.UPCAST, 0, 16)] in weight_gradient_tiles(24)
+    # with 32-wide output rows both inputs are contiguous along the reduce's innermost axis and it fills
+    # vectors: 16 partial sums per accumulator, for 4 output channels x 5 kernel columns
+    assert [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 3, 5), Opt(OptOps.UNROLL, 5, 16)] in weight_gradient_tiles(36)
     # matmul: 8 rows (a's rows) x 32 columns (b's contiguous columns), then the column loop moves
     # outside the row loop (a is streamed once per column tile instead of b once per row tile)
     a, b = Tensor.ones(64, 96).contiguous().realize(), Tensor.ones(96, 128).contiguous().realize()

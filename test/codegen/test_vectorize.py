@@ -55,11 +55,10 @@ VECTOR_CASES = {
     "reduce_unroll_16": (_reduce(6, 64), [Opt(OptOps.UNROLL, 1, 16)], 16, "data1"),
     "conv_register_tile": (_conv(4, 8, 16), [Opt(OptOps.UPCAST, 3, 16)], 16, "data1"),
 }
-# kernels whose innermost loop must stay scalar: odd trip counts, gated (padded) loads, strided access
+# kernels whose innermost loop must stay scalar: odd trip counts, strided access outside a register tile
 SCALAR_CASES = {
     "matmul_odd_upcast_9": (_matmul(7, 5, 9), [Opt(OptOps.UPCAST, 1, 9)]),
     "matmul_odd_upcast_7x3": (_matmul(7, 5, 9), [Opt(OptOps.UPCAST, 1, 3), Opt(OptOps.UPCAST, 0, 7)]),
-    "padded_upcast_16": (_padded(4, 64), [Opt(OptOps.UPCAST, 1, 16)]),
     "transposed_upcast_8": (_transposed(8, 16), [Opt(OptOps.UPCAST, 1, 8)]),
     "conv_heuristic_tile_2": (_conv(4, 8, 10), [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 2, 2)]),
 }
@@ -123,6 +122,52 @@ def test_heuristic_vectorizes_elementwise_unless_strided():
     # a transpose reads with a stride: gcc's scalar loop is faster than lanes gathered one by one
     transposed = _kernel(_transposed(256, 512), "CPU")
     assert not any(o.op is OptOps.UPCAST for o in hand_coded_optimizations(transposed.ast, Device["CPU"].renderer))
+
+def test_gated_lanes_are_masked_loads_and_stores():
+    """A pad gates the loads along the vector axis: masked vector loads (masked lanes read 0 and touch
+    no memory: here the elements before and after each row). PADTO's extra columns are masked stores."""
+    item = _kernel(_padded(4, 64), "CPU")
+    opts = [Opt(OptOps.UPCAST, 1, 16)]
+    src = get_program(item.ast, Device["CPU"].renderer, opts).src
+    assert "FG_LOAD_float16(data1+" in src and "_mm512_maskz_loadu_ps" in src, src
+    _compare(item, opts)
+    item = _kernel(_matmul(7, 5, 9), "CPU")
+    opts = [Opt(OptOps.PADTO, 1, 16), Opt(OptOps.UPCAST, 1, 16)]
+    src = get_program(item.ast, Device["CPU"].renderer, opts).src
+    assert "FG_STORE_float16(data0+" in src, src
+    _compare(item, opts)
+
+@pytest.mark.parametrize("flags", [["-march=native"], ["-mno-avx512f"]])
+def test_masked_access_macros(tmp_path, flags):
+    """The masked load/store macros, with AVX-512 intrinsics and with the lane loop used elsewhere:
+    masked-off lanes read 0 and their memory is neither read nor written."""
+    import subprocess
+    from fusegrad.dtype import dtypes
+    from fusegrad.renderer.cstyle import ClangRenderer
+    renderer = ClangRenderer()
+    vectors = {dtypes.float32.vec(16), dtypes.int32.vec(8)}
+    program = renderer.vector_typedefs_for(vectors) + renderer.masked_access_macros(vectors) + """
+#include <stdio.h>
+int main(void) {
+  float f[16]; int n[8];
+  for (int i = 0; i < 16; i++) f[i] = i + 1;
+  for (int i = 0; i < 8; i++) n[i] = -(i + 1);
+  bool16 fm; bool8 nm;
+  for (int i = 0; i < 16; i++) fm[i] = (i % 3 == 0) ? -1 : 0;
+  for (int i = 0; i < 8; i++) nm[i] = (i >= 5) ? -1 : 0;
+  float16 fv = FG_LOAD_float16(f, fm); int8 nv = FG_LOAD_int8(n, nm);
+  FG_STORE_float16(f, fm, fv * 10); FG_STORE_int8(n, nm, nv * 10);
+  for (int i = 0; i < 16; i++) printf("%g %g\\n", fv[i], f[i]);
+  for (int i = 0; i < 8; i++) printf("%d %d\\n", nv[i], n[i]);
+}
+"""
+    source, binary = tmp_path / "masked.c", tmp_path / "masked"
+    source.write_text(program)
+    subprocess.run(["cc", "-O2", *flags, str(source), "-o", str(binary)], check=True)
+    lines = [tuple(float(v) for v in line.split()) for line in subprocess.run([str(binary)], capture_output=True, text=True, check=True).stdout.splitlines()]
+    expected = [((i + 1.0, 10 * (i + 1.0)) if i % 3 == 0 else (0.0, i + 1.0)) for i in range(16)]
+    expected += [((-(i + 1.0), -10 * (i + 1.0)) if i >= 5 else (0.0, -(i + 1.0))) for i in range(8)]
+    assert lines == expected
 
 def test_vectorize_off():
     item = _kernel(_matmul(16, 24, 32), "CPU")

@@ -502,6 +502,27 @@ def _stride(index: UOp, rng: UOp) -> int | None:
     step = graph_rewrite(shift(offset) - offset, symbolic)
     return step.arg if step.op is Ops.CONST else None
 
+def _dot_product_tile(globals_: list[UOp], reduces: list[UOp], loads: list[UOp], lanes: int) -> list[tuple[UOp, int]]:
+    """An output tile whose accumulators are vectors of partial sums along the reduce, when every input
+    is contiguous along the innermost reduce axis and it fills vectors (a weight gradient over 32-wide
+    image rows, ``a @ b.T``): each step loads one vector per tile row and per tile column and does
+    rows x columns vector FMAs; the lanes are added up once at the end. Tile sizes are the usual
+    tile's (``_register_tile``) cut to about 20 accumulators, which fit in registers (64-channel 32x32
+    conv weight gradient: 40 -> 10 ms)."""
+    reduce = reduces[-1]
+    along = _loads_depending_on(loads, reduce)
+    if not isinstance(_size(reduce), int) or _size(reduce) % lanes or len(along) < 2 or any(_stride(ld.src[0], reduce) != 1 for ld in along):
+        return []
+    tile = _register_tile(globals_, loads)
+    while tile and prod(amount for _, amount in tile) > 20:
+        # shrink the entry with the most rows to its next smaller divisor (a 3x3 window stays whole)
+        i = max(range(len(tile)), key=lambda j: tile[j][1])
+        rng, amount = tile[i]
+        smaller = next((d for d in range(amount - 1, 1, -1) if _size(rng) % d == 0 and amount % d == 0), None)
+        if smaller is None: tile.pop(i)
+        else: tile[i] = (rng, smaller)
+    return tile
+
 def _channel_tile(globals_: list[UOp], loads: list[UOp], lanes: int) -> list[tuple[UOp, int]]:
     """A register tile whose vector axis is a channel axis of ``lanes`` elements (conv and its gradients).
 
@@ -582,6 +603,33 @@ def _columns_outside(globals_: list[UOp], tile: list[tuple[UOp, int]]) -> bool:
     (row, rows), (column, columns) = tile
     return [row, column] == globals_ and rows < _size(row) and columns < _size(column) and columns > rows
 
+def _reduce_choices(ast: UOp, renderer, globals_: list[UOp], reduces: list[UOp], loads: list[UOp]) -> list[tuple[UOp, int, OptOps]]:
+    """The first strategy that fits a reduce kernel, as (axis, amount, action) choices:
+    a dot-product tile (inputs contiguous along the reduce), a channel-vector tile (convs), the usual
+    register tile (matmul), row tiles for column reductions, or partial-sum lanes for a long reduce."""
+    lanes = renderer.max_vector_bytes // 4 if renderer.vector_loops else 0
+    tiled = len(globals_) >= 2 and len(loads) >= 2
+    if lanes and tiled and (tile := _dot_product_tile(globals_, reduces, loads, lanes)):
+        return [(rng, amount, OptOps.UPCAST) for rng, amount in tile] + [(reduces[-1], lanes, OptOps.UNROLL)]
+    if lanes and tiled and (tile := _channel_tile(globals_, loads, lanes)):
+        # channel loads that aren't contiguous get a contiguous copy if small enough (else lanes are gathered)
+        channel, choices = tile[-1][0], []
+        if any(_stride(ld.src[0], channel) != 1 for ld in _loads_depending_on(loads, channel)) and _can_stage(ast, channel, renderer):
+            choices.append((channel, 0, OptOps.STAGE))
+        return choices + [(rng, amount, OptOps.UPCAST) for rng, amount in tile]
+    if tiled and (tile := _register_tile(globals_, loads)):
+        choices = [(rng, amount, OptOps.UPCAST) for rng, amount in tile]
+        return choices + ([(tile[0][0], tile[1][0], OptOps.SWAP)] if _columns_outside(globals_, tile) else [])
+    if len(globals_) == 1 and (columns := _column_sums(globals_[0], reduces[-1], loads)):
+        return [(globals_[0], columns, OptOps.UPCAST)]
+    # a long reduction: partial sums in lanes (C can't reorder float adds into vectors itself), on the
+    # innermost reduce axis with a vector-width size (else the last one's largest small divisor)
+    if all(isinstance(_size(r), int) for r in reduces) and prod(_size(r) for r in reduces) >= 64:
+        lane_axis = next((r for r in reversed(reduces) if _largest_divisor(_size(r), (16, 8, 4))), reduces[-1])
+        if (amount := _tile_amount(_size(lane_axis), (16, 8, 4), 16)) is not None and amount >= 4:
+            return [(lane_axis, amount, OptOps.UNROLL)]
+    return []
+
 def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
     """Defaults without search: register tiles for reduces with several outputs (matmul; conv tiles
     with a channel vector and staged weights), 64-output row tiles for reductions down matrix
@@ -599,25 +647,7 @@ def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
     choices: list[tuple[UOp, int, OptOps]] = []
     if reduce_nodes and reduces and len(reduce_nodes) <= 4:
         loads = list(dict.fromkeys(x for x in reduce_nodes[0].src[0].toposort if x.op is Ops.LOAD))
-        lanes = renderer.max_vector_bytes // 4 if renderer.vector_loops else 0
-        tile = _channel_tile(globals_, loads, lanes) if lanes and len(globals_) >= 2 and len(loads) >= 2 else []
-        if tile:
-            # channel loads that aren't contiguous get a contiguous copy if small enough (else lanes are gathered)
-            channel = tile[-1][0]
-            if any(_stride(ld.src[0], channel) != 1 for ld in _loads_depending_on(loads, channel)) and _can_stage(ast, channel, renderer):
-                choices.append((channel, 0, OptOps.STAGE))
-            choices += [(rng, amount, OptOps.UPCAST) for rng, amount in tile]
-        elif tile := (_register_tile(globals_, loads) if len(globals_) >= 2 and len(loads) >= 2 else []):
-            choices += [(rng, amount, OptOps.UPCAST) for rng, amount in tile]
-            if _columns_outside(globals_, tile): choices.append((tile[0][0], tile[1][0], OptOps.SWAP))
-        elif len(globals_) == 1 and (columns := _column_sums(globals_[0], reduces[-1], loads)):
-            choices.append((globals_[0], columns, OptOps.UPCAST))
-        # a long reduction: partial sums in lanes (C can't reorder float adds into vectors itself)
-        elif all(isinstance(_size(r), int) for r in reduces) and prod(_size(r) for r in reduces) >= 64:
-            # lanes of a vector width on the innermost reduce axis that has one (else its largest small divisor)
-            lane_axis = next((r for r in reversed(reduces) if _largest_divisor(_size(r), (16, 8, 4))), reduces[-1])
-            if (amount := _tile_amount(_size(lane_axis), (16, 8, 4), 16)) is not None and amount >= 4:
-                choices.append((lane_axis, amount, OptOps.UNROLL))
+        choices = _reduce_choices(ast, renderer, globals_, reduces, loads)
     elif not reduce_nodes and globals_ and renderer.vector_loops and work >= 1 << 16 and (vector := _elementwise_vector(ast, globals_[-1])):
         choices.append((globals_[-1], vector, OptOps.UPCAST))
     opts = _as_opts(axes, choices)
