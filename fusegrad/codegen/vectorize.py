@@ -10,8 +10,9 @@ device). A loop ``for (r = 0; r < W; r++) { body }`` qualifies when:
   broadcast, for loads of buffers the loop does not write), or anything else, accessed lane by
   lane (a gather of V scalar loads, or a scatter of V scalar stores) when the loop also works on a
   register tile or the index isn't affine in r (see docs/decisions.md: where gathers pay);
-- a gated access (padding, PADTO) is contiguous: it becomes a masked vector load (masked lanes
-  read 0 and touch no memory) or store; every buffer the loop writes is read (if at all) at the same address,
+- a gated access (padding, PADTO) is a masked vector load (masked lanes read 0 and touch no memory)
+  or store when contiguous, else a gather whose gated-off lanes read element 0 and are then zeroed
+  (gated scatters stay scalar); every buffer the loop writes is read (if at all) at the same address,
   and every other op is an elementwise ALU op, CAST or BITCAST on 32-bit lanes (float32, int32,
   uint32, bool as 32-bit masks).
 
@@ -99,9 +100,8 @@ class _Loop:
             if u not in varying or u in self.index_math: continue
             if u.op is Ops.INDEX:
                 if u.src[0].op not in (Ops.PARAM, Ops.DEFINE_REG, Ops.DEFINE_LOCAL): raise _Reject(f"access to {u.src[0].op}")
-                if len(u.src) > 2:   # a gated access: a masked vector load/store, if contiguous
-                    if u.src[0].op is Ops.DEFINE_REG or self.coefficient(u.src[1]) != 1: raise _Reject("gated access that isn't contiguous")
-                    continue
+                if len(u.src) > 2 and u.src[0].op is Ops.DEFINE_REG: raise _Reject("gated register access")
+                # (a gated access is a masked vector load/store when contiguous, else a gather of clamped addresses)
                 try: contiguous = self.coefficient(u.src[1]) == 1
                 except _Reject:   # index math that isn't affine (x // 2, a pooling window): per-lane addresses
                     contiguous = False
@@ -118,6 +118,7 @@ class _Loop:
                 dtype = u.dtype if u.op is Ops.LOAD else u.src[1].dtype
                 if dtype not in MEMORY_DTYPES: raise _Reject(f"memory dtype {dtype}")
                 if u.op is Ops.STORE and index not in varying: raise _Reject("store to an address that doesn't vary")
+                if u.op is Ops.STORE and index in self.strided and len(index.src) > 2: raise _Reject("gated scatter")
                 if index in varying and index.src[0].op is Ops.DEFINE_REG: self.reg_accesses.append((index.src[0], index))
                 accessed.setdefault(index.src[0], set()).add(index)
                 if u.op is Ops.STORE: stored.setdefault(index.src[0], set()).add(index)
@@ -267,6 +268,7 @@ def _rewrite_loop(loop: _Loop, mapped: dict[UOp, UOp], tag: tuple, vector_regs: 
         lane: dict[UOp, Any] = {}      # varying op -> its vector (or address, or per-lane addresses) for this chunk
         memo: dict[UOp, UOp] = {}
         lane_memos: list[dict[UOp, UOp]] = [{} for _ in range(v)]
+        gates: dict[UOp, UOp] = {}     # gated gathers: INDEX -> its gate (lane mask or scalar)
         lane[rng] = b.new(Ops.VECTORIZE, rng.dtype.vec(v), tuple(UOp.const(rng.dtype, chunk * v + i) for i in range(v)))
         broadcasts: dict[UOp, UOp] = {}
         def operand(s: UOp) -> UOp:
@@ -281,8 +283,15 @@ def _rewrite_loop(loop: _Loop, mapped: dict[UOp, UOp], tag: tuple, vector_regs: 
             if u.op is Ops.INDEX:
                 buf = u.src[0]
                 if u in loop.strided:   # one scalar address per lane
-                    lane[u] = [b.new(Ops.INDEX, u.dtype, (mapped.get(buf, buf), b.scalar_at(u.src[1], chunk * v + i, mapped, lane_memos[i])))
-                               for i in range(v)]
+                    offsets = [b.scalar_at(u.src[1], chunk * v + i, mapped, lane_memos[i]) for i in range(v)]
+                    if len(u.src) > 2:
+                        # gated: a lane the gate turns off reads element 0 (its own address may be outside
+                        # the buffer), and the load's WHERE below gives it 0
+                        gate = lane[u.src[2]] if u.src[2] in loop.varying else mapped.get(u.src[2], u.src[2])
+                        gates[u] = gate
+                        conditions = [b.emit(UOp(Ops.GEP, dtypes.bool, (gate,), (i,))) if gate.dtype.count > 1 else gate for i in range(v)]
+                        offsets = [b.new(Ops.WHERE, o.dtype, (c, o, UOp.const(o.dtype, 0))) for c, o in zip(conditions, offsets)]
+                    lane[u] = [b.new(Ops.INDEX, u.dtype, (mapped.get(buf, buf), o)) for o in offsets]
                     continue
                 base = b.scalar_at(u.src[1], chunk * v, mapped, memo)
                 if buf in vector_regs:
@@ -296,6 +305,10 @@ def _rewrite_loop(loop: _Loop, mapped: dict[UOp, UOp], tag: tuple, vector_regs: 
                 if index in loop.strided:   # a gather: scalar loads, then one vector of them
                     scalars = tuple(b.new(Ops.LOAD, u.dtype, (address,) + deps(u, 1)) for address in lane[index])
                     lane[u] = b.new(Ops.VECTORIZE, u.dtype.vec(v), scalars)
+                    if index in gates:
+                        gate = gates[index] if gates[index].dtype.count > 1 else b.new(Ops.VECTORIZE, dtypes.bool.vec(v), (gates[index],) * v)
+                        zero = b.new(Ops.VECTORIZE, u.dtype.vec(v), (UOp.const(u.dtype, 0),) * v)
+                        lane[u] = b.new(Ops.WHERE, u.dtype.vec(v), (gate, lane[u], zero))
                 elif index in loop.varying: lane[u] = b.new(Ops.LOAD, u.dtype.vec(v), (lane[index],) + deps(u, 1))
                 else:   # a broadcast load: the scalar load, then the broadcast
                     scalar = b.new(Ops.LOAD, u.dtype, (mapped.get(index, index),) + deps(u, 1))

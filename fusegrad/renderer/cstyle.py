@@ -177,6 +177,7 @@ class CStyleLanguage(Renderer):
         depth = 1
         counters: Counter[str] = Counter()
         masked: set[DType] = set()         # vector dtypes loaded or stored under a lane mask
+        cleanup: list[str] = []            # statements that end the kernel (freeing heap buffers)
         def fresh(prefix: str) -> str:
             counters[prefix] += 1
             return f"{prefix}{counters[prefix]-1}"
@@ -200,9 +201,10 @@ class CStyleLanguage(Renderer):
                 expr[u] = f"acc{u.arg}"
                 emit(f"{self.render_dtype(u.dtype.base)} {expr[u]}[{u.dtype.size}];")
             elif op is Ops.DEFINE_LOCAL:
-                # workgroup-shared memory (GPU dialects set smem_prefix: __local, __shared__, threadgroup)
                 expr[u] = u.arg
-                emit(f"{self.smem_prefix}{self.render_dtype(u.dtype.base)} {u.arg}[{u.dtype.size}];")
+                declaration, release = self.render_local(u.arg, u.dtype.base, u.dtype.size)
+                emit(declaration)
+                if release: cleanup.append(release)
             elif op is Ops.SPECIAL:
                 expr[u] = u.arg
                 emit(f"{self.render_dtype(u.dtype)} {u.arg} = {self.render_special(u.arg)};")
@@ -268,9 +270,15 @@ class CStyleLanguage(Renderer):
             else:
                 raise NotImplementedError(f"{type(self).__name__} can't render {op}")
         # buffers in slot order (the runtime passes them that way), then the variables
+        body += ["  " + line for line in cleanup]
         typedefs = self.vector_typedefs(uops)
         if typedefs: body = [typedefs.rstrip("\n")] + body
         return self.masked_access_macros(masked) + self.render_kernel(name, [p for _, p in sorted(buffer_params)] + params, body)
+
+    def render_local(self, name: str, dtype: DType, size: int) -> tuple[str, str | None]:
+        """The declaration of a DEFINE_LOCAL array, and the statement that releases it (if any).
+        GPU dialects set ``smem_prefix`` (__local, __shared__, threadgroup) for workgroup-shared memory."""
+        return f"{self.smem_prefix}{self.render_dtype(dtype)} {name}[{size}];", None
 
     barrier = ""          # the workgroup barrier statement of a GPU dialect
     smem_prefix = ""      # the qualifier of workgroup-shared arrays
@@ -292,5 +300,17 @@ class ClangRenderer(CStyleLanguage):
     has_local = False
     native_transcendentals = False   # libm calls would stop loops from vectorizing
     vector_loops = True              # gcc/clang vector extensions (codegen/vectorize.py)
+    header = "#include <math.h>\n#include <stdbool.h>\n#include <stdio.h>\n#include <stdlib.h>\n"
     def __init__(self, has_threads: bool = False): self.has_threads = has_threads
     def __reduce__(self): return self.__class__, (self.has_threads,)
+
+    STACK_LIMIT = 64 * 1024
+    def render_local(self, name: str, dtype: DType, size: int) -> tuple[str, str | None]:
+        """A staged copy (OptOps.STAGE) shared by the kernel's threads: on the stack when small, else on
+        the heap (threads' stacks are small; malloc costs microseconds against a kernel's milliseconds)."""
+        ctype = self.render_dtype(dtype)
+        if size * dtype.itemsize <= self.STACK_LIMIT: return f"{ctype} {name}[{size}];", None
+        # a kernel can't raise: out of memory stops the process rather than computing garbage
+        return (f"{ctype}* {name} = ({ctype}*)malloc({size * dtype.itemsize}); "
+                f"if (!{name}) {{ fputs(\"fusegrad: out of memory for a staged copy\\n\", stderr); abort(); }}"), f"free({name});"
+

@@ -115,7 +115,7 @@ def test_heuristic_register_tile_shapes():
     # weight gradient (cout, cin, ky, kx) of a 5x5 conv: the whole 5x5 window is the tile's positions and
     # 16 output channels its vector; the output gradient is big, so its channel vector is gathered, not staged
     rng = np.random.default_rng(5)
-    def weight_gradient_tiles(size, batch=16):
+    def weight_gradient_tiles(size, batch=48):
         x = Tensor(rng.standard_normal((batch, 8, size, size)).astype(np.float32)).realize()
         w = Tensor(rng.standard_normal((16, 8, 5, 5)).astype(np.float32), requires_grad=True).realize()
         dw, = (x.conv2d(w) ** 2).sum().gradient(w)
@@ -156,6 +156,17 @@ def test_heuristic_unrolls_the_reduce_axis_that_fills_vectors():
     item = x.sum((1, 2)).schedule()[-1]
     assert Opt(OptOps.UNROLL, 1, 16) in _opts_on(item.ast, "CPU")
     np.testing.assert_allclose(_run(item, _opts_on(item.ast, "CPU"), "CPU"), np.full(4, 384.0))
+
+def test_heuristic_pads_a_short_pooling_row_to_a_vector():
+    # a 2x2 max-pool of 20-wide rows has 10 output columns and no tile rows: pad them to one 16-lane
+    # vector (masked lanes) so the max runs as vector selects rather than branches
+    x = Tensor(np.random.default_rng(2).standard_normal((4, 8, 20, 20)).astype(np.float32)).realize()
+    item = (x * 2).max_pool2d().schedule()[-1]
+    opts = _opts_on(item.ast, "CPU")
+    assert opts[:2] == [Opt(P, 3, 16), Opt(U, 3, 16)], opts
+    expected = (x.numpy() * 2).reshape(4, 8, 10, 2, 10, 2).max((3, 5))
+    np.testing.assert_allclose(_run(item, opts, "CPU").reshape(expected.shape), expected)
+    assert "FG_LOAD_float16" in get_program(item.ast, Device["CPU"].renderer, opts).src
 
 def test_heuristic_reads_rows_for_column_reductions():
     # v @ A and A.sum(0) reduce down A's columns: 64 outputs at a time read each row contiguously;
@@ -382,13 +393,18 @@ def test_stage_copies_once_before_the_threads():
     item = _kernel(_conv_forward, "CPU")
     src = get_program(item.ast, Device["CPU"].renderer, [Opt(S, 1), Opt(OptOps.THREAD, 0, 2)]).src
     assert src.index("float stage0[2304];") < src.index("stage0[") < src.index("#pragma omp parallel for")
+    # a copy above 64 KB lives on the heap (threads' stacks are small) and is freed at the end
+    item = _kernel(_matmul(8, 520, 40), "CPU")
+    src = get_program(item.ast, Device["CPU"].renderer, [Opt(S, 1), Opt(OptOps.UPCAST, 1, 8)]).src
+    assert "float* stage0 = (float*)malloc(83200);" in src and src.splitlines()[-2].strip() == "free(stage0);", src
+    np.testing.assert_allclose(_run(item, [Opt(S, 1), Opt(OptOps.UPCAST, 1, 8)], "CPU"), _run(item, [], "CPU"), rtol=1e-5, atol=1e-5)
 
 def test_stage_errors():
-    item = _kernel(_matmul(300, 300, 8), "CPU")
-    # a (300 x 300 floats, 360 KB) is too big to stage; b (300 x 8) is small
+    item = _kernel(_matmul(520, 520, 8), "CPU")
+    # a (520 x 520 floats, 1.08 MB) is too big to stage; b (520 x 8) is small
     with pytest.raises(KernelOptError, match="no input read along axis 0 fits"): apply_opt(item.ast, Opt(S, 0), Device["CPU"].renderer)
     staged = apply_opt(item.ast, Opt(S, 1), Device["CPU"].renderer)
-    assert [u.dtype.size for u in staged.toposort if u.op is Ops.DEFINE_LOCAL] == [300 * 8]
+    assert [u.dtype.size for u in staged.toposort if u.op is Ops.DEFINE_LOCAL] == [520 * 8]
     with pytest.raises(KernelOptError, match="no input read along axis 1"): apply_opt(staged, Opt(S, 1), Device["CPU"].renderer)
     # on a GPU-style renderer the copy is shared memory: its limit applies (PYTHON: 64 KB)
     item = _kernel(_matmul(130, 130, 4), "PYTHON")
