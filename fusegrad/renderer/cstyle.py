@@ -235,7 +235,7 @@ class CStyleLanguage(Renderer):
                 value = f"*(({vec}_u*)({address}))"
                 if len(index.src) > 2 and index.src[2].dtype.count > 1:   # a lane mask: a masked load
                     masked.add(u.dtype)
-                    value = f"FG_LOAD_{vec}({address}, {_strip(expr[index.src[2]])})"
+                    value = f"FG_LOAD_{vec}(({address}), ({expr[index.src[2]]}))"   # (commas inside arguments stay inside)
                 elif len(index.src) > 2: value = f"({expr[index.src[2]]}?{value}:({vec}){{0}})"
                 declare(u, value, "val")
             elif op is Ops.STORE and u.src[1].dtype.count > 1 and u.src[0].dtype.base.count == 1:
@@ -244,7 +244,7 @@ class CStyleLanguage(Renderer):
                 statement = f"*(({vec}_u*)({address})) = {_strip(expr[u.src[1]])};"
                 if len(index.src) > 2 and index.src[2].dtype.count > 1:
                     masked.add(u.src[1].dtype)
-                    statement = f"FG_STORE_{vec}({address}, {_strip(expr[index.src[2]])}, {_strip(expr[u.src[1]])});"
+                    statement = f"FG_STORE_{vec}(({address}), ({expr[index.src[2]]}), ({expr[u.src[1]]}));"
                 elif len(index.src) > 2: statement = f"if ({_strip(expr[index.src[2]])}) {{ {statement} }}"
                 emit(statement)
             elif op is Ops.LOAD:

@@ -129,13 +129,18 @@ def test_gated_lanes_are_masked_loads_and_stores():
     item = _kernel(_padded(4, 64), "CPU")
     opts = [Opt(OptOps.UPCAST, 1, 16)]
     src = get_program(item.ast, Device["CPU"].renderer, opts).src
-    assert "FG_LOAD_float16(data1+" in src and "_mm512_maskz_loadu_ps" in src, src
+    assert "FG_LOAD_float16((data1+" in src and "_mm512_maskz_loadu_ps" in src, src
     _compare(item, opts)
     item = _kernel(_matmul(7, 5, 9), "CPU")
     opts = [Opt(OptOps.PADTO, 1, 16), Opt(OptOps.UPCAST, 1, 16)]
     src = get_program(item.ast, Device["CPU"].renderer, opts).src
-    assert "FG_STORE_float16(data0+" in src, src
+    assert "FG_STORE_float16((data0+" in src, src
     _compare(item, opts)
+    # a stored vector literal has commas: the macro's arguments are parenthesized (found by fuzzing)
+    item = _kernel(lambda device: Tensor.full((10,), 3.0, device=device).contiguous(), "CPU")
+    opts = [Opt(OptOps.PADTO, 0, 16), Opt(OptOps.UPCAST, 0, 16)]
+    assert "FG_STORE_float16(" in get_program(item.ast, Device["CPU"].renderer, opts).src
+    np.testing.assert_equal(_run(item, opts, "CPU"), np.full(10, 3.0, np.float32))
 
 @pytest.mark.parametrize("flags", [["-march=native"], ["-mno-avx512f"]])
 def test_masked_access_macros(tmp_path, flags):
