@@ -14,6 +14,9 @@
 3. mnist: the tinygrad MNIST CNN (4 convs, 2 BatchNorms, Linear(576, 10)) trained with Adam on
    random 28×28 data, jitted: time per step vs the same model in PyTorch (and tinygrad), plus the
    first step (schedule + compile) with an empty on-disk cache.
+4. conv: conv2d forward + input and weight gradients for common shapes (3x3 with padding, stride 2,
+   a first layer with 3 channels, 128 channels, 1x1), jitted, vs PyTorch: ms and GFLOPS (3 convs'
+   worth of multiply-adds).
 
 Every measurement runs in its own child process (see bench/_benchutil.py). Medians; no
 assertions on timings. See bench/README.md.
@@ -25,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _benchutil import (run_sections, ChildRunner, child_main, device_sync, fmt, import_framework, import_torch, median_time, print_header,
                         print_table, ratio, report_load_after, status)
 
-SECTIONS = ["matmul", "elementwise", "mnist"]
+SECTIONS = ["matmul", "elementwise", "mnist", "conv"]
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -40,8 +43,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--beam", type=int, default=2, help="BEAM width")
     p.add_argument("--reps", type=int, default=5, help="timed repetitions for matmul and elementwise (median)")
     p.add_argument("--size", type=int, default=1 << 24, help="elements for the elementwise bench")
-    p.add_argument("--mnist-batch", type=int, default=128,
-                   help="batch size (the issue's figure is 512; fusegrad's jitted step takes minutes there today, see README)")
+    p.add_argument("--mnist-batch", type=int, default=512, help="MNIST batch size")
     p.add_argument("--mnist-steps", type=int, default=2, help="timed jitted steps (median)")
     p.add_argument("--timeout", type=float, default=600, help="seconds before a child process is abandoned")
     p.add_argument("--verbose", action="store_true", help="show the children's stderr")
@@ -200,7 +202,37 @@ def task_mnist(t: dict) -> dict:
     return {"step": per_step, "first": first, "capture": capture, "kernels": kernels, "first_loss": first_loss,
             "last_loss": step(X, Y).item()}
 
-TASKS = {"matmul": task_matmul, "elementwise": task_elementwise, "mnist": task_mnist}
+# (batch, cin, cout, size, kernel, stride, padding)
+CONV_SHAPES = [(32, 64, 64, 32, 3, 1, 1), (32, 64, 128, 32, 3, 2, 1), (64, 3, 32, 32, 3, 1, 1), (16, 128, 128, 16, 3, 1, 1),
+               (32, 32, 64, 28, 1, 1, 0)]
+
+def task_conv(t: dict) -> dict:
+    """conv2d forward, then the input and weight gradients of sum(out**2); min of ``reps`` jitted steps."""
+    import numpy as np
+    b, cin, cout, size, k, stride, pad = t["shape"]
+    x, w = _inputs([(b, cin, size, size), (cout, cin, k, k)])
+    w = w * 0.1
+    def sample(arrays):   # 256 fixed elements of each result, to compare peers across processes
+        return [np.asarray(a).ravel()[np.random.default_rng(1).integers(0, np.asarray(a).size, 256)].tolist() for a in arrays]
+    if t["framework"] == "torch":
+        torch = import_torch(t["threads"])
+        tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+        def step():
+            out = torch.nn.functional.conv2d(tx, tw, stride=stride, padding=pad)
+            return (out,) + torch.autograd.grad((out * out).sum(), (tx, tw))
+        return {"t": median_time(step, t["reps"], warmup=1), "out": sample([o.detach().numpy() for o in step()])}
+    fw, Tensor, TinyJit, *_rest, Device = import_framework(t["framework"])
+    X, W = Tensor(x, requires_grad=True).realize(), Tensor(w, requires_grad=True).realize()
+    @TinyJit
+    def jitted():
+        out = X.conv2d(W, stride=stride, padding=pad)
+        dx, dw = (out * out).sum().gradient(X, W)
+        return out.realize(), dx.realize(), dw.realize()
+    for _ in range(3): jitted()
+    elapsed = median_time(jitted, t["reps"], warmup=0, sync=device_sync(Device))
+    return {"t": elapsed, "out": sample([r.numpy() for r in jitted()])}
+
+TASKS = {"matmul": task_matmul, "elementwise": task_elementwise, "mnist": task_mnist, "conv": task_conv}
 
 # ================================================================ parent
 
@@ -284,6 +316,25 @@ def section_mnist(args, runner: ChildRunner) -> None:
     if ref: notes.append(f"fusegrad JIT capture call (2nd step) {ref['capture']:.2f} s")
     print_table("3. MNIST CNN training step (Adam), jitted", ["peer", "ms / step", "÷ fusegrad", "img/s", "first s", "kernels", "loss"],
                 rows, notes + errors)
+
+def section_conv(args, runner: ChildRunner) -> None:
+    rows, errors = [], []
+    for shape in CONV_SHAPES:
+        b, cin, cout, size, k, stride, pad = shape
+        flops = 3 * 2 * b * cout * ((size + 2 * pad - k) // stride + 1) ** 2 * cin * k * k
+        label = f"{b}x{cin}x{size}x{size} -> {cout} k{k} s{stride} p{pad}"
+        base = {"task": "conv", "shape": shape, "reps": args.reps}
+        results = {name: runner.run(base, name) for name in ("fusegrad", "torch") if name in args.peers}
+        fg, th = results.get("fusegrad"), results.get("torch")
+        if fg is None or not fg["ok"]:
+            rows.append([label, status(fg, errors, label) if fg else "-"] + ["-"] * 4); continue
+        err = max(_rel_err(a, b_) for a, b_ in zip(fg["out"], th["out"])) if th and th["ok"] else None   # on 256 sampled elements each
+        rows.append([label, fmt(fg["t"], 1e3, 1), f"{flops / fg['t'] / 1e9:.0f}", fmt(th["t"], 1e3, 1) if th and th["ok"] else "-",
+                     ratio(th["t"], fg["t"]) if th and th["ok"] else "-", f"{err:.1e}" if err is not None else "-"])
+    notes = ["forward + input and weight gradients of sum(out²): fusegrad under TinyJit (median of replays), "
+             "torch eager; GFLOPS count 3 convolutions' multiply-adds", "'÷ fusegrad' = torch time ÷ fusegrad time (>1: fusegrad faster)",
+             "err = max relative difference from torch over the output and both gradients"]
+    print_table("4. conv2d forward + backward", ["shape", "fusegrad ms", "GFLOPS", "torch ms", "÷ fusegrad", "err"], rows, notes + errors)
 
 def main() -> None:
     sections = {name[len("section_"):]: fn for name, fn in globals().items() if name.startswith("section_")}
