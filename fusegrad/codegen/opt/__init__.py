@@ -460,13 +460,15 @@ def _register_tile(globals_: list[UOp], loads: list[UOp]) -> list[tuple[UOp, int
       row next to the kernel column in a weight gradient) adds a few rows: their input windows
       overlap, so the compiler reuses loads between them;
     - the row axis is one that the column's loads don't depend on (output channels).
-    Tile sizes were measured on AVX-512 (2 cores): up to 256 accumulators when the column is a
-    multiple of 8 lanes, about 100-160 otherwise. gcc unrolls a tile loop into registers only up to
+    Tile sizes were measured on AVX-512 (2 cores): about 16 vector registers of accumulators when the
+    column is a multiple of 8 lanes, about 100-160 scalars otherwise. gcc unrolls a tile loop into registers only up to
     16 iterations, so odd column sizes stay at or below 16; 32 columns are two AVX-512 registers."""
     depends = {g: _loads_depending_on(loads, g) for g in globals_ if isinstance(_size(g), int)}
     column = next((g for g in reversed(globals_) if g in depends and depends[g] and frozenset(loads) - depends[g]), None)
     if column is None or (column_amount := _column_amount(_size(column))) is None: return []
-    budget = (256 if column_amount % 8 == 0 else 160) // column_amount
+    # about 16 vector registers of accumulators (rows x neighbour x vectors per column): 8 rows of a
+    # 32-wide column, 16 of a 16- or 8-wide one (8 x 2 neighbours: 16 rows x 2 spilled, 7.1 -> 2.7 ms)
+    budget = 16 // (column_amount // min(column_amount, 16)) if column_amount % 8 == 0 else 160 // column_amount
     # split upcasts nest in the order applied (rows, neighbour, column innermost; the other order of
     # rows and neighbour measured 2-4x slower); a whole-axis upcast keeps its axis position, outside
     # the split ones (measured: weight gradients, whose whole 3x3 or 5x5 window is the tile, want the
@@ -558,14 +560,18 @@ def _channel_tile(globals_: list[UOp], loads: list[UOp], lanes: int) -> list[tup
             tile.insert(0, (neighbour, more))
     return tile + [(channel, lanes)]
 
-def _elementwise_vector(ast: UOp, innermost: UOp) -> int | None:
-    """Lanes for an elementwise kernel's innermost axis: 16, 8 or 4 when one divides it and every load
-    is contiguous along it, broadcast, or irregular (a pooling window's ``x // 2``: gathered lane by
-    lane, which beats gcc's scalar loop and its branching selects: MNIST's max-pool gradient 23 -> 4 ms).
-    A strided load (a transpose) keeps gcc's own scalar loop, which is faster for it."""
+def _elementwise_vector(ast: UOp, innermost: UOp) -> tuple[int, bool] | None:
+    """(lanes, padded) for an elementwise kernel's innermost axis: 16, 8 or 4 when one divides it, else a
+    short axis (3..16: a 6-wide image row) padded to one vector (masked lanes), when every load is
+    contiguous along it, broadcast, or irregular (a pooling window's ``x // 2``: gathered lane by lane,
+    which beats gcc's scalar loop and its branching selects: MNIST's max-pool gradients 23 -> 2.3 ms
+    and, padded, 2.6 -> 0.3 ms). A strided load (a transpose) keeps gcc's own scalar loop, which is
+    faster for it."""
     loads = [x for x in ast.toposort if x.op is Ops.LOAD and x.src[0].op is Ops.INDEX]
     if any(_stride(ld.src[0], innermost) not in (0, 1, None) for ld in loads): return None
-    return _largest_divisor(_size(innermost), (16, 8, 4))
+    if (lanes := _largest_divisor(_size(innermost), (16, 8, 4))) is not None: return lanes, False
+    if isinstance(_size(innermost), int) and 2 < _size(innermost) <= 16: return next(w for w in (4, 8, 16) if w >= _size(innermost)), True
+    return None
 
 def _column_sums(column: UOp, reduce: UOp, loads: list[UOp]) -> int | None:
     """Outputs per vector for a reduce down the columns of a row-major matrix (``v @ A``, ``x.sum(0)``):
@@ -625,7 +631,9 @@ def _reduce_choices(ast: UOp, renderer, globals_: list[UOp], reduces: list[UOp],
     if lanes and tiled and (dot := _dot_product_tile(globals_, reduces, loads, lanes)):
         tile, width = dot
         return [(rng, amount, OptOps.UPCAST) for rng, amount in tile] + [(reduces[-1], width, OptOps.UNROLL)]
-    if lanes and tiled and (tile := _channel_tile(globals_, loads, lanes)):
+    # (a short reduce, like a 1-channel conv's 25 taps, can't pay for storing channel vectors lane by lane)
+    long_reduce = all(isinstance(_size(r), int) for r in reduces) and prod(_size(r) for r in reduces) >= 64
+    if lanes and tiled and long_reduce and (tile := _channel_tile(globals_, loads, lanes)):
         # channel loads that aren't contiguous get a contiguous copy if small enough (else lanes are gathered)
         channel, choices = tile[-1][0], []
         if any(_stride(ld.src[0], channel) != 1 for ld in _loads_depending_on(loads, channel)) and _can_stage(ast, channel, renderer):
@@ -665,7 +673,8 @@ def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
         loads = list(dict.fromkeys(x for x in reduce_nodes[0].src[0].toposort if x.op is Ops.LOAD))
         choices = _reduce_choices(ast, renderer, globals_, reduces, loads)
     elif not reduce_nodes and globals_ and renderer.vector_loops and work >= 1 << 16 and (vector := _elementwise_vector(ast, globals_[-1])):
-        choices.append((globals_[-1], vector, OptOps.UPCAST))
+        lanes, padded = vector
+        choices += ([(globals_[-1], lanes, OptOps.PADTO)] if padded else []) + [(globals_[-1], lanes, OptOps.UPCAST)]
     opts = _as_opts(axes, choices)
     threads = cpu_count()
     # threads pay off only when a kernel runs well above the cost of waking them (~tens of us)
