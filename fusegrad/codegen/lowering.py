@@ -27,7 +27,7 @@ def identity_value(op: Ops, dtype: DType):
 def ranges_in(u: UOp) -> list[UOp]:
     return [x for x in u.toposort if x.op is Ops.RANGE]
 
-def _slot_index(ranges: list[UOp]) -> UOp:
+def slot_index(ranges: list[UOp]) -> UOp:
     """The flat slot of a register or local array indexed by constant-size ranges (last fastest)."""
     index, stride = UOp.const(dtypes.index, 0), 1
     for r in reversed(ranges):
@@ -65,16 +65,16 @@ def lower_reduces(sink: UOp) -> UOp:
         size = prod(r.src[0].arg for r in upcasts)
         acc = UOp(Ops.DEFINE_REG, red.dtype.ptr(size), (), reg_number)
         init_ranges = copies(outer)
-        init = UOp(Ops.STORE, dtypes.void, (acc.index(_slot_index(init_ranges)), UOp.const(red.dtype, identity_value(red.arg, red.dtype))) + outer)
+        init = UOp(Ops.STORE, dtypes.void, (acc.index(slot_index(init_ranges)), UOp.const(red.dtype, identity_value(red.arg, red.dtype))) + outer)
         update_ranges = copies(outer + tuple(own))
         update_value = value.substitute(dict(zip(upcasts, update_ranges))) if upcasts else value
-        update_slot = acc.index(_slot_index(update_ranges))
+        update_slot = acc.index(slot_index(update_ranges))
         # the update waits for the whole init, so it depends on an END closing the init's loops
         init_done = UOp(Ops.END, dtypes.void, (init,) + tuple(init_ranges)) if init_ranges else init
         running = UOp(Ops.LOAD, red.dtype, (update_slot, init_done) + tuple(own))
         update = UOp(Ops.STORE, dtypes.void, (update_slot, UOp(red.arg, red.dtype, (running, update_value))) + tuple(own))
         end = UOp(Ops.END, dtypes.void, (update,) + tuple(own) + tuple(update_ranges))
-        mapping[red] = UOp(Ops.LOAD, red.dtype, (acc.index(_slot_index(upcasts)), end))
+        mapping[red] = UOp(Ops.LOAD, red.dtype, (acc.index(slot_index(upcasts)), end))
     return sink.substitute(mapping)
 
 # ---------------------------------------------------------------- grouped reduces
@@ -115,12 +115,12 @@ def lower_group_reduces(sink: UOp) -> UOp:
         copies: list[UOp] = []
         for u in upcasts: copies.append(new_range(u.src[0], enclosing + tuple(copies), AxisType.UPCAST))
         stored = partial.substitute(dict(zip(upcasts, copies))) if copies else partial
-        store = buffer.index(_slot_index([dict(zip(upcasts, copies)).get(r, r) for r in slots])).store(stored)
+        store = buffer.index(slot_index([dict(zip(upcasts, copies)).get(r, r) for r in slots])).store(stored)
         # the buffer is a source so that each barrier stays its own uop once linearize drops the END
         barrier = UOp(Ops.BARRIER, dtypes.void, (buffer, UOp(Ops.END, dtypes.void, (store,) + tuple(copies)) if copies else store))
         finals: list[UOp] = []
         for g in groups: finals.append(new_range(g.src[0], enclosing + tuple(finals), AxisType.REDUCE))
-        read = buffer.index(_slot_index([dict(zip(groups, finals)).get(r, r) for r in slots])).load(barrier)
+        read = buffer.index(slot_index([dict(zip(groups, finals)).get(r, r) for r in slots])).load(barrier)
         mapping[grouped[number]] = UOp(Ops.REDUCE, red.dtype, (read,) + tuple(finals), red.arg)
     sink = sink.substitute(mapping)
     # every thread of a group computed the same outputs: the first one stores them

@@ -281,6 +281,7 @@ def _stage(ast: UOp, rng: UOp, renderer) -> UOp:
     ``rng``, then UPCAST ranges, so ``rng`` (or its upcast part) is contiguous. The copy runs once,
     before every other loop, over fresh STAGE ranges (gated loads copy their zeros too); a BARRIER
     after it orders the reads. Later actions transform the staged read like any load."""
+    from fusegrad.codegen.lowering import slot_index
     written = {x.src[0].src[0] for x in ast.toposort if x.op is Ops.STORE and x.src[0].op is Ops.INDEX}
     loads = [x for x in ast.toposort if x.op is Ops.LOAD and x.src[0].op is Ops.INDEX and x.src[0].src[0].op is Ops.PARAM
              and x.src[0].src[0] not in written and rng in ranges_in(x.src[0])]
@@ -300,12 +301,11 @@ def _stage(ast: UOp, rng: UOp, renderer) -> UOp:
         for r in order:
             copies.append(UOp(Ops.RANGE, dtypes.index, (r.src[0],) + tuple(copies), (next_id, AxisType.STAGE)))
             next_id += 1
-        from fusegrad.codegen.lowering import _slot_index
         buffer = UOp(Ops.DEFINE_LOCAL, load.dtype.ptr(footprint, local=True), (), f"stage{number}")
         number += 1
-        fill = buffer.index(_slot_index(copies)).store(load.substitute(dict(zip(order, copies))))
+        fill = buffer.index(slot_index(copies)).store(load.substitute(dict(zip(order, copies))))
         filled = UOp(Ops.BARRIER, dtypes.void, (buffer, UOp(Ops.END, dtypes.void, (fill,) + tuple(copies))))
-        mapping[load] = buffer.index(_slot_index(order)).load(filled)
+        mapping[load] = buffer.index(slot_index(order)).load(filled)
     if not mapping:
         raise KernelOptError(f"STAGE: no input read along axis {rng.arg[0]} fits in {limit - used} bytes of staging memory")
     return ast.substitute(mapping)
