@@ -42,6 +42,10 @@ MAX_CHUNKS = 4
 
 class _Reject(Exception): pass
 
+# index math folded when both operands are constants
+_FOLD = {Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b,
+         Ops.IDIV: lambda a, b: a // b, Ops.MOD: lambda a, b: a % b}
+
 def _lanes(width: int, max_lanes: int) -> int | None:
     for v in (16, 8, 4):
         if v <= max_lanes and width % v == 0 and width // v <= MAX_CHUNKS: return v
@@ -165,10 +169,9 @@ class _Builder:
         if u not in self.loop.varying: return mapped.get(u, u)
         if u in memo: return memo[u]
         a, b = (self.scalar_at(s, offset, mapped, memo) for s in u.src)
-        if a.op is Ops.CONST and b.op is Ops.CONST and (u.op in (Ops.ADD, Ops.SUB, Ops.MUL) or (a.arg >= 0 and b.arg > 0)):
+        if a.op is Ops.CONST and b.op is Ops.CONST and u.op in _FOLD and (u.op in (Ops.ADD, Ops.SUB, Ops.MUL) or (a.arg >= 0 and b.arg > 0)):
             # (C's / and % agree with Python's // and % on non-negative operands)
-            value = {Ops.ADD: a.arg + b.arg, Ops.SUB: a.arg - b.arg, Ops.MUL: a.arg * b.arg, Ops.IDIV: a.arg // b.arg, Ops.MOD: a.arg % b.arg}[u.op]
-            out = UOp.const(u.dtype, value)
+            out = UOp.const(u.dtype, _FOLD[u.op](a.arg, b.arg))
         elif u.op is Ops.ADD and b.op is Ops.CONST and b.arg == 0: out = a
         elif u.op is Ops.ADD and a.op is Ops.CONST and a.arg == 0: out = b
         elif u.op is Ops.SUB and b.op is Ops.CONST and b.arg == 0: out = a

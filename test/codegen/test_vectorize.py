@@ -174,6 +174,24 @@ int main(void) {
     expected += [((-(i + 1.0), -10 * (i + 1.0)) if i >= 5 else (0.0, -(i + 1.0))) for i in range(8)]
     assert lines == expected
 
+def test_attention_block_gradients_match_torch():
+    """An attention block's backward with the default heuristics: a vector loop's index math once
+    folded ``a // 0`` while folding ``a + 0`` (the folding table was built eagerly), crashing codegen."""
+    import torch
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in [(2, 12, 32), (32, 32), (32, 32), (32, 32), (32, 32), (32,)]]
+    def block(x, wq, wk, wv, wo, g, lib):
+        q, k, v = x @ wq, x @ wk, x @ wv
+        scores = q.reshape(2, 12, 4, 8).transpose(1, 2) @ k.reshape(2, 12, 4, 8).permute(0, 2, 3, 1) / 8 ** 0.5
+        o = (scores.softmax(-1) @ v.reshape(2, 12, 4, 8).transpose(1, 2)).transpose(1, 2).reshape(2, 12, 32) @ wo
+        h = (o + x).layernorm() * g if lib == "fg" else torch.nn.functional.layer_norm(o + x, (32,)) * g
+        return h.relu().sum() + h.max()
+    ours = [Tensor(a, requires_grad=True) for a in arrays]
+    grads = block(*ours, "fg").gradient(*ours[1:])
+    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    block(*theirs, "torch").backward()
+    for got, want in zip(grads, theirs[1:]): np.testing.assert_allclose(got.numpy(), want.grad.numpy(), rtol=2e-3, atol=2e-3)
+
 def test_vectorize_off():
     item = _kernel(_matmul(16, 24, 32), "CPU")
     with Context(VECTORIZE=0): src = get_program(item.ast, Device["CPU"].renderer, [Opt(OptOps.UPCAST, 1, 16)]).src
