@@ -168,7 +168,11 @@ class _Builder:
         if u is self.loop.rng: return UOp.const(u.dtype, offset)
         if u not in self.loop.varying: return mapped.get(u, u)
         if u in memo: return memo[u]
-        a, b = (self.scalar_at(s, offset, mapped, memo) for s in u.src)
+        srcs = tuple(self.scalar_at(s, offset, mapped, memo) for s in u.src)
+        if len(srcs) != 2:   # (a select or a cast in irregular index math: rebuilt as it is)
+            memo[u] = self.new(u.op, u.dtype, srcs)
+            return memo[u]
+        a, b = srcs
         if a.op is Ops.CONST and b.op is Ops.CONST and u.op in _FOLD and (u.op in (Ops.ADD, Ops.SUB, Ops.MUL) or (a.arg >= 0 and b.arg > 0)):
             # (C's / and % agree with Python's // and % on non-negative operands)
             out = UOp.const(u.dtype, _FOLD[u.op](a.arg, b.arg))
