@@ -43,16 +43,24 @@ def torch_conv_input_grad(x, w):
 
 def test_strided_conv_input_gradient_is_a_plain_convolution():
     # differentiating the window trick of a stride-2 conv gave a reduce full of div/mod index math
-    # (9 GFLOPS); the explicit rule convolves the zero-stuffed, padded output gradient instead
+    # (9 GFLOPS); the explicit rule convolves the output gradient with each stride phase of the kernel
     from fusegrad.uop.ops import Ops
     x = Tensor.randn(2, 8, 12, 12, requires_grad=True).realize()
     w = Tensor.randn(16, 8, 3, 3).realize()
     dx, = (x.conv2d(w, stride=2, padding=1) ** 2).sum().gradient(x)
     reduces = [item.ast for item in dx.schedule() if item.ast.op is Ops.SINK and any(u.op is Ops.REDUCE for u in item.ast.toposort)]
-    assert len(reduces) == 2   # the forward conv and the input gradient's (zero-stuffing and padding are one copy)
+    # the forward conv and the input gradient's four stride phases (one multi-output kernel, no stuffed zeros)
+    assert len(reduces) == 2
     assert [any(u.op in (Ops.IDIV, Ops.MOD) for u in ast.toposort) for ast in reduces].count(False) == 1
     dx, = (x.conv2d(w, stride=2, padding=1) ** 2).sum().gradient(x)
     np.testing.assert_allclose(dx.numpy(), torch_conv_input_grad(x.numpy(), w.numpy()), atol=1e-3, rtol=1e-4)
+
+@pytest.mark.parametrize("kernel,stride,padding", [(1, 2, 0), (3, 3, 1), (2, 3, 0), (5, 2, 2), ((3, 1), (2, 3), (1, 0))])
+def test_strided_conv_phases(kernel, stride, padding):
+    # stride phases with no kernel tap (1x1 stride 2, 2 taps stride 3), uneven phases, per-dim strides
+    k = kernel if isinstance(kernel, tuple) else (kernel, kernel)
+    helper_test_op([(2, 3, 11, 10), (4, 3, *k)], lambda x, w: F.conv2d(x, w, stride=stride, padding=padding),
+                   lambda x, w: x.conv2d(w, stride=stride, padding=padding), atol=1e-4)
 
 def test_conv2d_no_bias_1x1_and_size1():
     helper_test_op([(1, 3, 1, 1), (2, 3, 1, 1)], lambda x, w: F.conv2d(x, w), lambda x, w: x.conv2d(w), atol=1e-5)

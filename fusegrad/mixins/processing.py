@@ -23,10 +23,11 @@ class _ConvInputGradient:
 
     Differentiating the sliding-window reshape trick gives index math full of data-dependent div/mod
     (slow kernels: a stride-2 conv's input gradient ran at 9 GFLOPS). The same input gradient is a
-    plain stride-1 convolution: the output gradient with stride-1 zeros between its elements,
-    padded by d*(k-1) on every side, convolved (dilation d) with the weights flipped and with in/out
-    channels swapped (per group); rows and columns no window reached get zeros. The weight gradient
-    still comes from ordinary autograd through the windows."""
+    plain stride-1 convolution: the output gradient padded by d*(k-1) on every side, convolved
+    (dilation d) with the weights flipped and with in/out channels swapped (per group). A strided,
+    undilated conv does it per stride phase (``_polyphase``); a strided and dilated one stuffs
+    stride-1 zeros between the gradient's elements first. Rows and columns no window reached get
+    zeros. The weight gradient still comes from ordinary autograd through the windows."""
     groups: int
     kernel: tuple
     stride: tuple
@@ -42,6 +43,8 @@ class _ConvInputGradient:
         swapped = swapped.reshape(self.groups * cin, cout // self.groups, *self.kernel)
         flipped = swapped.flip(*range(2, 2 + len(self.kernel)))
         g = Tensor(grad, requires_grad=False)
+        if any(s > 1 for s in self.stride) and all(d == 1 for d in self.dilation):
+            return self._polyphase(g, flipped, x_node).cast(x_node.dtype).uop, dw
         if any(s > 1 for s in self.stride):   # stride-1 zeros between elements (as conv_transpose2d does)
             g = g.reshape(*g.shape[:2], *flatten((n, 1) for n in g.shape[2:]))
             g = g.pad((None, None, *flatten((None, (0, s - 1)) for s in self.stride)))
@@ -55,6 +58,35 @@ class _ConvInputGradient:
         missing = [i - o for i, o in zip(x_node.shape[2:], dx.shape[2:])]
         if any(missing): dx = dx.pad(_grouped_to_flat([(0, m) for m in missing]))
         return dx.uop, dw
+
+    def _polyphase(self, g: "Tensor", flipped: "Tensor", x_node: UOp) -> "Tensor":
+        """A strided conv's input gradient without the stuffed zeros: input position s*q + r (phase r)
+        collects ``g[q - j] * w[r + j*s]``, a stride-1 convolution of g (padded by J_r - 1 on the left)
+        with every s-th tap of the flipped kernel, starting at K-1-r-(J_r-1)*s, where J_r taps of the
+        kernel fall in phase r. The s*s phase results interleave into the input gradient (a quarter of
+        the zero-stuffed convolution's work for stride 2)."""
+        Tensor = _T()
+        sizes = x_node.shape[2:]
+        phases_out = [ceildiv(i, s) for i, s in zip(sizes, self.stride)]   # Q per dim: outputs of each phase
+        results = []
+        for phase in itertools.product(*[range(s) for s in self.stride]):
+            taps = [ceildiv(k - r, s) if k > r else 0 for k, r, s in zip(self.kernel, phase, self.stride)]
+            if 0 in taps:   # no tap of the kernel lands on this phase: its gradient is 0
+                results.append(Tensor.zeros(*g.shape[:1], flipped.shape[0], *phases_out, device=g.device, dtype=g.dtype))
+                continue
+            starts = [k - 1 - r - (j - 1) * s for k, r, j, s in zip(self.kernel, phase, taps, self.stride)]
+            kernel = flipped.shrink((None, None, *[(st, st + (j - 1) * s + 1) for st, j, s in zip(starts, taps, self.stride)]))
+            kernel = kernel[(slice(None), slice(None), *[slice(None, None, s) for s in self.stride])]
+            pads = [(j - 1, q - o) for j, q, o in zip(taps, phases_out, g.shape[2:])]
+            padded = g.pad(_grouped_to_flat([(lo, max(hi, 0)) for lo, hi in pads]))
+            padded = padded.shrink((None, None, *[(0, lo + o + hi) for (lo, hi), o in zip(pads, g.shape[2:])])).contiguous()
+            results.append(padded.conv2d(kernel, groups=self.groups).contiguous())   # (one kernel per phase)
+        # interleave: (N, C, Q1, ..., phases) -> position s*q + r in each dim, then crop to the input
+        stacked = Tensor.stack(*results, dim=-1).reshape(*results[0].shape, *self.stride)
+        dims = len(sizes)
+        order = [0, 1] + [x for d in range(dims) for x in (2 + d, 2 + dims + d)]
+        dx = stacked.permute(*order).reshape(*results[0].shape[:2], *[q * s for q, s in zip(phases_out, self.stride)])
+        return dx.shrink((None, None, *[(0, i) for i in sizes]))
 
 def _with_conv_input_gradient(ret: "Tensor", padded: "Tensor", weight: "Tensor", groups: int, HW: tuple, stride: tuple,
                               dilation: tuple) -> "Tensor":
