@@ -15,3 +15,21 @@ def test_beam_finds_valid_opts_and_caches():
     assert second == first            # the disk cache returns the same opts
     with Context(BEAM=2): c = (a @ b).numpy()
     np.testing.assert_allclose(c, a.numpy() @ b.numpy(), rtol=1e-4, atol=1e-5)
+
+def test_search_times_a_shrunk_kernel_and_returns_opts_for_the_real_one():
+    from fusegrad.codegen.opt import kernel_axes, apply_opt
+    from fusegrad.codegen.opt.search import _shrunk
+    a = Tensor(np.random.default_rng(2).standard_normal((1024, 16)).astype(np.float32)).realize()
+    b = Tensor(np.random.default_rng(3).standard_normal((16, 64)).astype(np.float32)).realize()
+    item = (a @ b).schedule()[-1]
+    # the outer loop (1024 rows) becomes 256 rows; the other loops stay
+    assert [r.src[0].arg for r in kernel_axes(_shrunk(item.ast))] == [256, 64, 16]
+    renderer = Device["CPU"].renderer
+    with Context(IGNORE_BEAM_CACHE=1): opts = beam_search(item.ast, renderer, 2)
+    ast = item.ast
+    for opt in opts: ast = apply_opt(ast, opt, renderer)   # every action applies to the real kernel
+    with Context(BEAM=2): c = (a @ b).numpy()
+    np.testing.assert_allclose(c, a.numpy() @ b.numpy(), rtol=1e-4, atol=1e-4)
+    # a kernel too small to shrink is searched as it is
+    small = (a[:100] @ b).schedule()[-1].ast
+    assert _shrunk(small) is small
