@@ -363,14 +363,28 @@ def _training_kernels(device):
     for item in items: lower_schedule_item(item).run()
     return [item for item in items if item.ast.op is Ops.SINK]
 
-@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
-def test_random_action_lists_match_unoptimized(device):
+def _attention_kernels(device):
+    """Every kernel of an attention block's backward (matmuls, softmax, layernorm), run in order."""
+    from fusegrad.engine.realize import lower_schedule_item
+    rng = np.random.default_rng(13)
+    def tensor(*shape): return Tensor(rng.standard_normal(shape).astype(np.float32), device=device, requires_grad=True).realize()
+    x, wq, wk, wv = tensor(2, 12, 32), tensor(32, 32), tensor(32, 32), tensor(32, 32)
+    q, k, v = (x @ w for w in (wq, wk, wv))
+    scores = q.reshape(2, 12, 4, 8).transpose(1, 2) @ k.reshape(2, 12, 4, 8).permute(0, 2, 3, 1) / 8 ** 0.5
+    h = ((scores.softmax(-1) @ v.reshape(2, 12, 4, 8).transpose(1, 2)).transpose(1, 2).reshape(2, 12, 32) + x).layernorm()
+    items = Tensor.schedule(*(h.relu().sum() + h.max()).gradient(wq, wk, wv))
+    for item in items: lower_schedule_item(item).run()
+    return [item for item in items if item.ast.op is Ops.SINK]
+
+@pytest.mark.parametrize("device,kernels", [("CPU", _training_kernels), ("PYTHON", _training_kernels), ("CPU", _attention_kernels)])
+def test_random_action_lists_match_unoptimized(device, kernels):
     """Random legal action lists (BEAM's candidates, up to 4 deep) on every kernel of a training step:
     every list leaves each loop one range (no two ranges share a loop variable), and the first few
-    compute what the unoptimized kernel computes."""
+    (and the heuristic's choice) compute what the unoptimized kernel computes."""
     import random
     choose, renderer, checked = random.Random(7), Device[device].renderer, 0
-    for item in _training_kernels(device):
+    for item in kernels(device):
+        np.testing.assert_allclose(_run(item, None, device), _run(item, [], device), rtol=1e-4, atol=1e-5, err_msg=str(item.ast.arg))
         reference = _run(item, [], device)
         for trial in range(25):
             ast, opts = item.ast, []
