@@ -137,7 +137,7 @@ def lower_group_reduces(sink: UOp) -> UOp:
 def _gate_intervals(gate: UOp) -> dict[frozenset, tuple[dict, float, float]]:
     """The linear bounds a gate puts on index sums: for every ``c < e`` / ``e < c`` clause of an AND
     tree, e's terms (as {node: coefficient}) with the interval it must lie in (clauses on one sum merge)."""
-    from fusegrad.uop.symbolic import _flatten
+    from fusegrad.uop.symbolic import linear_terms
     bounds: dict[frozenset, tuple[dict, float, float]] = {}
     stack = [gate]
     while stack:
@@ -148,7 +148,7 @@ def _gate_intervals(gate: UOp) -> dict[frozenset, tuple[dict, float, float]]:
         if b.op is Ops.CONST: expr, low, high = a, -math.inf, b.arg - 1    # e < c
         elif a.op is Ops.CONST: expr, low, high = b, a.arg + 1, math.inf   # c < e
         else: continue
-        if (flat := _flatten(expr)) is None or not flat[0]: continue
+        if (flat := linear_terms(expr)) is None or not flat[0]: continue
         terms, const = flat
         key = frozenset(terms.items())
         _, old_low, old_high = bounds.get(key, (terms, -math.inf, math.inf))
@@ -158,8 +158,8 @@ def _gate_intervals(gate: UOp) -> dict[frozenset, tuple[dict, float, float]]:
 def _bounds_under_gate(offset: UOp, gate: UOp) -> tuple[float, float] | None:
     """Bounds of ``offset`` where ``gate`` holds: every gate-bounded sum found in it (with one common
     multiplier) takes the gate's interval, the other terms their own ranges."""
-    from fusegrad.uop.symbolic import _flatten
-    if (flat := _flatten(offset)) is None: return None
+    from fusegrad.uop.symbolic import linear_terms
+    if (flat := linear_terms(offset)) is None: return None
     terms, low = dict(flat[0]), flat[1]
     high = low
     for sub, sub_low, sub_high in _gate_intervals(gate).values():

@@ -138,7 +138,7 @@ def _sort_key(u: UOp) -> tuple:
 
 _MAX_FLATTEN = 256   # nodes visited when flattening a sum; larger sums are left as they are
 
-def _flatten(u: UOp) -> tuple[dict[UOp, int], int] | None:
+def linear_terms(u: UOp) -> tuple[dict[UOp, int], int] | None:
     """``u`` as ({base: coeff}, const) with u == sum(coeff*base) + const, looking through ADD, SUB,
     NEG and MUL by a constant (so constants distribute over sums)."""
     terms: dict[UOp, int] = {}
@@ -202,7 +202,7 @@ def _recombine_divmod(terms: dict[UOp, int]) -> bool:
 def _canonical_sum(root: UOp) -> UOp | None:
     """Integer ADD/SUB/NEG/MUL-by-const: flatten, merge like terms (x+x -> x*2, x*c1+x*c2 -> x*(c1+c2),
     (x+c1)+c2 -> x+(c1+c2), (x*c1)*c2 -> x*(c1*c2)), recombine div/mod pairs, sort the terms."""
-    if root in _CANONICAL or not _is_sym_int(root) or (flat := _flatten(root)) is None: return None
+    if root in _CANONICAL or not _is_sym_int(root) or (flat := linear_terms(root)) is None: return None
     terms, const = flat
     # a recombined x may itself be a sum: the result is flattened again on the next visit
     changed = _recombine_divmod(terms)
@@ -261,7 +261,7 @@ def _div_const(x: UOp, c: UOp) -> UOp | None:
     # (only when d1*d fits the dtype: a wrapped constant would change the meaning and loop)
     if x.op is Ops.IDIV and (d1 := _cval(x.src[1])) is not None and d1 > 0 and d1 * d <= min(dtypes.max(x.dtype), 2**62):
         return x.src[0] // UOp.const(x.dtype, d1 * d)
-    if (flat := _flatten(x)) is None: return None
+    if (flat := linear_terms(x)) is None: return None
     terms, const = flat
     # (g*y)/(g*e) == y/e exactly: the rational quotient is unchanged, so is its truncation
     if (g := _sum_gcd(terms, const, d)) > 1:
@@ -300,7 +300,7 @@ def _mod_const(x: UOp, c: UOp) -> UOp | None:
     # (x % d1) % d == x % d when d divides d1: |x| mod d1 mod d == |x| mod d, and the sign is x's
     if x.op is Ops.MOD and (d1 := _cval(x.src[1])) is not None and d1 > 0 and d1 % d == 0:
         return x.src[0] % UOp.const(x.dtype, d)
-    if (flat := _flatten(x)) is None: return None
+    if (flat := linear_terms(x)) is None: return None
     terms, const = flat
     # (g*y) % (g*e) == g*(y % e): g*y - g*e*trunc(y/e)
     if (g := _sum_gcd(terms, const, d)) > 1:
@@ -330,7 +330,7 @@ def _ceil_div(a: int, b: int) -> int: return -((-a) // b)
 def _linear_parts(x: UOp) -> tuple[UOp, int, int] | None:
     """Integer x == g*S + k0 with g > 0 the gcd of the coefficients and S's leading sign positive
     where possible: returns (S, g, k0), with g negative when every coefficient was negative."""
-    if not _is_sym_int(x) or _is_const(x) or (flat := _flatten(x)) is None: return None
+    if not _is_sym_int(x) or _is_const(x) or (flat := linear_terms(x)) is None: return None
     terms, const = flat
     terms = {b: k for b, k in terms.items() if k != 0}
     if not terms: return None

@@ -278,15 +278,17 @@ GPU_CASES = {
                                                   [Opt(P, 2, 16), Opt(U, 0, 2)]]),
 }
 
+def _check_opt_lists(build, opt_lists, device):
+    """Every opt list applies as given and computes what the unoptimized kernel computes."""
+    item = _kernel(build, device)
+    reference = _run(item, [], device)
+    for opts in opt_lists:
+        assert list(get_program(item.ast, Device[device].renderer, opts).applied_opts) == opts
+        np.testing.assert_allclose(_run(item, opts, device), reference, rtol=1e-5, atol=1e-5, err_msg=str(opts))
+
 @pytest.mark.parametrize("case", sorted(GPU_CASES))
 def test_gpu_opts_match_unoptimized(case):
-    build, opt_lists = GPU_CASES[case]
-    item = _kernel(build, "PYTHON")
-    reference = _run(item, [], "PYTHON")
-    for opts in opt_lists:
-        program = get_program(item.ast, Device["PYTHON"].renderer, opts)
-        assert list(program.applied_opts) == opts
-        np.testing.assert_allclose(_run(item, opts, "PYTHON"), reference, rtol=1e-5, atol=1e-5, err_msg=str(opts))
+    _check_opt_lists(*GPU_CASES[case], "PYTHON")
 
 PADTO_CPU_CASES = {
     "matmul_odd_7x5x9": (_matmul(7, 5, 9), [[Opt(P, 0, 8)], [Opt(P, 2, 8)], [Opt(P, 0, 8), Opt(U, 0, 8)],
@@ -298,11 +300,7 @@ PADTO_CPU_CASES = {
 
 @pytest.mark.parametrize("case", sorted(PADTO_CPU_CASES))
 def test_padto_on_cpu(case):
-    build, opt_lists = PADTO_CPU_CASES[case]
-    item = _kernel(build, "CPU")
-    reference = _run(item, [], "CPU")
-    for opts in opt_lists:
-        np.testing.assert_allclose(_run(item, opts, "CPU"), reference, rtol=1e-5, atol=1e-5, err_msg=str(opts))
+    _check_opt_lists(*PADTO_CPU_CASES[case], "CPU")
 
 def _conv_forward(device):
     rng = np.random.default_rng(11)

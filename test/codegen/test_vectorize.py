@@ -10,7 +10,7 @@ from fusegrad.codegen import get_program
 from fusegrad.codegen.opt import Opt, OptOps
 from fusegrad.codegen.vectorize import vectorize_loops
 from fusegrad.uop.ops import Ops
-from test_opts import _kernel, _run, _matmul
+from test_opts import _kernel, _run, _matmul, _elementwise as _transposed   # (x.permute(1, 0) * 3 + 1)
 
 def _elementwise(m, n):
     def build(device):
@@ -36,12 +36,6 @@ def _padded(m, n):
     def build(device):
         x = Tensor(np.random.default_rng(0).standard_normal((m, n - 2)).astype(np.float32), device=device).realize()
         return x.pad(((0, 0), (1, 1))) * 2 + 1
-    return build
-
-def _transposed(m, n):
-    def build(device):
-        x = Tensor(np.random.default_rng(m).standard_normal((m, n)).astype(np.float32), device=device).realize()
-        return (x.permute(1, 0) * 3 + 1).contiguous()
     return build
 
 # (build, opts, lanes of the vector type expected, buffer expected to be read with a vector load)

@@ -273,41 +273,56 @@ def _padto(ast: UOp, rng: UOp, amount: int) -> UOp:
 
 STAGE_MAX_BYTES = 1 << 20   # staged copies per kernel on the CPU (stack up to 64 KB, else heap)
 
-def _stage(ast: UOp, rng: UOp, renderer) -> UOp:
-    """Stage every input load whose address moves along ``rng`` and that reads few enough elements.
-
-    A staged load ``buf[f(r1..rn)]`` becomes ``stage[slot(r1..rn)]``: ``stage`` holds one element per
-    combination of the load's ranges (its footprint), in the order: other loop ranges by id, then
-    ``rng``, then UPCAST ranges, so ``rng`` (or its upcast part) is contiguous. The copy runs once,
-    before every other loop, over fresh STAGE ranges (gated loads copy their zeros too); a BARRIER
-    after it orders the reads. Later actions transform the staged read like any load."""
-    from fusegrad.codegen.lowering import slot_index
+def _staged_loads(ast: UOp, rng: UOp, renderer) -> list[tuple[UOp, list[UOp]]]:
+    """The loads STAGE copies along ``rng``, each with its slot order: inputs (not written by the kernel)
+    whose address moves along ``rng``, over constant-size ranges, while the copies fit the staging
+    memory. The order is: other loop ranges by id, then ``rng``, then UPCAST ranges, so ``rng`` (or
+    its upcast part) is contiguous."""
     written = {x.src[0].src[0] for x in ast.toposort if x.op is Ops.STORE and x.src[0].op is Ops.INDEX}
-    loads = [x for x in ast.toposort if x.op is Ops.LOAD and x.src[0].op is Ops.INDEX and x.src[0].src[0].op is Ops.PARAM
-             and x.src[0].src[0] not in written and rng in ranges_in(x.src[0])]
-    limit = STAGE_MAX_BYTES if not renderer.has_local else renderer.shared_max
-    used = sum(x.dtype.size * x.dtype.base.itemsize for x in ast.toposort if x.op is Ops.DEFINE_LOCAL)
-    next_id, number = _next_id(ast), sum(1 for x in ast.toposort if x.op is Ops.DEFINE_LOCAL)
-    mapping: dict[UOp, UOp] = {}
-    for load in loads:
+    room = _staging_room(ast, renderer)
+    chosen: list[tuple[UOp, list[UOp]]] = []
+    for load in ast.toposort:
+        if load.op is not Ops.LOAD or load.src[0].op is not Ops.INDEX or load.src[0].src[0].op is not Ops.PARAM: continue
         ranges = ranges_in(load.src[0])
+        if load.src[0].src[0] in written or rng not in ranges: continue
         if any(r.arg[1] is AxisType.STAGE or not isinstance(_size(r), int) for r in ranges): continue
         order = sorted([r for r in ranges if r is not rng and r.arg[1] is not AxisType.UPCAST], key=lambda r: r.arg[0]) + [rng] + \
             sorted([r for r in ranges if r is not rng and r.arg[1] is AxisType.UPCAST], key=lambda r: r.arg[0])
-        footprint = prod(_size(r) for r in order)
-        if used + footprint * load.dtype.itemsize > limit: continue
-        used += footprint * load.dtype.itemsize
+        size = prod(_size(r) for r in order) * load.dtype.itemsize
+        if size > room: continue
+        room -= size
+        chosen.append((load, order))
+    return chosen
+
+def _staging_room(ast: UOp, renderer) -> int:
+    """Bytes left for staged copies: ``STAGE_MAX_BYTES`` on the CPU, shared memory on GPU-style renderers."""
+    limit = STAGE_MAX_BYTES if not renderer.has_local else renderer.shared_max
+    return limit - sum(x.dtype.size * x.dtype.base.itemsize for x in ast.toposort if x.op is Ops.DEFINE_LOCAL)
+
+def _stage(ast: UOp, rng: UOp, renderer) -> UOp:
+    """Stage every input load whose address moves along ``rng`` and that reads few enough elements
+    (``_staged_loads``).
+
+    A staged load ``buf[f(r1..rn)]`` becomes ``stage[slot(r1..rn)]``: ``stage`` holds one element per
+    combination of the load's ranges (its footprint), with ``rng`` contiguous. The copy runs once,
+    before every other loop, over fresh STAGE ranges (gated loads copy their zeros too); a BARRIER
+    after it orders the reads. Later actions transform the staged read like any load."""
+    from fusegrad.codegen.lowering import slot_index
+    staged = _staged_loads(ast, rng, renderer)
+    if not staged:
+        raise KernelOptError(f"STAGE: no input read along axis {rng.arg[0]} fits in {_staging_room(ast, renderer)} bytes of staging memory")
+    next_id, number = _next_id(ast), sum(1 for x in ast.toposort if x.op is Ops.DEFINE_LOCAL)
+    mapping: dict[UOp, UOp] = {}
+    for load, order in staged:
         copies: list[UOp] = []
         for r in order:
             copies.append(UOp(Ops.RANGE, dtypes.index, (r.src[0],) + tuple(copies), (next_id, AxisType.STAGE)))
             next_id += 1
-        buffer = UOp(Ops.DEFINE_LOCAL, load.dtype.ptr(footprint, local=True), (), f"stage{number}")
+        buffer = UOp(Ops.DEFINE_LOCAL, load.dtype.ptr(prod(_size(r) for r in order), local=True), (), f"stage{number}")
         number += 1
         fill = buffer.index(slot_index(copies)).store(load.substitute(dict(zip(order, copies))))
         filled = UOp(Ops.BARRIER, dtypes.void, (buffer, UOp(Ops.END, dtypes.void, (fill,) + tuple(copies))))
         mapping[load] = buffer.index(slot_index(order)).load(filled)
-    if not mapping:
-        raise KernelOptError(f"STAGE: no input read along axis {rng.arg[0]} fits in {limit - used} bytes of staging memory")
     return ast.substitute(mapping)
 
 def _zero_when_padded(value: UOp, rng: UOp) -> bool:
@@ -516,7 +531,8 @@ def _dot_product_tile(globals_: list[UOp], reduces: list[UOp], loads: list[UOp],
     along = _loads_depending_on(loads, reduce)
     width = next((w for w in (lanes, lanes // 2) if w >= 8 and isinstance(_size(reduce), int) and _size(reduce) % w == 0), None)
     if width is None or len(along) < 2 or any(_stride(ld.src[0], reduce) != 1 for ld in along): return None
-    tile = _register_tile(globals_, loads)
+    full = _register_tile(globals_, loads)
+    tile = list(full)
     while tile and prod(amount for _, amount in tile) > 20:
         # shrink the entry with the most rows to its next smaller divisor (a 3x3 window stays whole)
         i = max(range(len(tile)), key=lambda j: tile[j][1])
@@ -526,7 +542,7 @@ def _dot_product_tile(globals_: list[UOp], reduces: list[UOp], loads: list[UOp],
         else: tile[i] = (rng, smaller)
     # with half-width vectors, a dropped tile axis (each of its values re-reads the inputs) costs more
     # than the dot product saves (a 1-channel conv's 5x5 weight gradient: 2.1 -> 5.6 ms)
-    if not tile or (width < lanes and len(tile) < len(_register_tile(globals_, loads))): return None
+    if not tile or (width < lanes and len(tile) < len(full)): return None
     return tile, width
 
 def _channel_tile(globals_: list[UOp], loads: list[UOp], lanes: int) -> list[tuple[UOp, int]]:
@@ -561,6 +577,10 @@ def _channel_tile(globals_: list[UOp], loads: list[UOp], lanes: int) -> list[tup
             tile.insert(0, (neighbour, more))
     return tile + [(channel, lanes)]
 
+def _one_vector(size: int) -> int:
+    """The vector width (4, 8 or 16 lanes) that a short axis of 3..16 elements is padded to."""
+    return next(w for w in (4, 8, 16) if w >= size)
+
 def _elementwise_vector(ast: UOp, innermost: UOp) -> tuple[int, bool] | None:
     """(lanes, padded) for an elementwise kernel's innermost axis: 16, 8 or 4 when one divides it, else a
     short axis (3..16: a 6-wide image row) padded to one vector (masked lanes), when every load is
@@ -571,7 +591,7 @@ def _elementwise_vector(ast: UOp, innermost: UOp) -> tuple[int, bool] | None:
     loads = [x for x in ast.toposort if x.op is Ops.LOAD and x.src[0].op is Ops.INDEX]
     if any(_stride(ld.src[0], innermost) not in (0, 1, None) for ld in loads): return None
     if (lanes := _largest_divisor(_size(innermost), (16, 8, 4))) is not None: return lanes, False
-    if isinstance(_size(innermost), int) and 2 < _size(innermost) <= 16: return next(w for w in (4, 8, 16) if w >= _size(innermost)), True
+    if isinstance(_size(innermost), int) and 2 < _size(innermost) <= 16: return _one_vector(_size(innermost)), True
     return None
 
 def _column_sums(column: UOp, reduce: UOp, loads: list[UOp]) -> int | None:
@@ -591,12 +611,7 @@ def _pooling_row_vector(globals_: list[UOp], reduces: list[UOp], loads: list[UOp
     row = globals_[-1] if globals_ else None
     if row is None or not _loads_depending_on(loads, row) or not all(isinstance(_size(r), int) for r in reduces + [row]): return None
     if prod(_size(r) for r in reduces) > 16 or not 2 < _size(row) <= 16 or _size(row) % 4 == 0: return None
-    return next(w for w in (4, 8, 16) if w >= _size(row))
-
-def _can_stage(ast: UOp, rng: UOp, renderer) -> bool:
-    try: _stage(ast, rng, renderer)
-    except KernelOptError: return False
-    return True
+    return _one_vector(_size(row))
 
 def _as_opts(axes: list[UOp], choices: list[tuple[UOp, Any, OptOps]]) -> list[Opt]:
     """Turn (axis, amount, op) choices into Opts, following how axis numbers shift: a full-size
@@ -637,7 +652,7 @@ def _reduce_choices(ast: UOp, renderer, globals_: list[UOp], reduces: list[UOp],
     if lanes and tiled and long_reduce and (tile := _channel_tile(globals_, loads, lanes)):
         # channel loads that aren't contiguous get a contiguous copy if small enough (else lanes are gathered)
         channel, choices = tile[-1][0], []
-        if any(_stride(ld.src[0], channel) != 1 for ld in _loads_depending_on(loads, channel)) and _can_stage(ast, channel, renderer):
+        if any(_stride(ld.src[0], channel) != 1 for ld in _loads_depending_on(loads, channel)) and _staged_loads(ast, channel, renderer):
             choices.append((channel, 0, OptOps.STAGE))
         return choices + [(rng, amount, OptOps.UPCAST) for rng, amount in tile]
     if lanes and (width := _pooling_row_vector(globals_, reduces, loads)):
