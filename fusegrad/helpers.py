@@ -135,6 +135,7 @@ RING, ALLREDUCE_CAST, ALL2ALL = ContextVar("RING", 1), ContextVar("ALLREDUCE_CAS
 DEFAULT_FLOAT, DEFAULT_INT = ContextVar("DEFAULT_FLOAT", ""), ContextVar("DEFAULT_INT", "")
 NO_MEMORY_PLANNER, VIZ = ContextVar("NO_MEMORY_PLANNER", 0), ContextVar("VIZ", 0)
 VECTORIZE = ContextVar("VECTORIZE", 1)   # 0: keep UPCAST loops scalar on renderers with vector_loops
+USE_TC, TC_OPT = ContextVar("TC", 1), ContextVar("TC_OPT", 0)   # TC=0: the heuristic uses no tensor cores
 CI = bool(getenv("CI", ""))
 OSX = sys.platform == "darwin"
 

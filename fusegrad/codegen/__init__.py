@@ -1,7 +1,8 @@
 """Codegen: from a kernel AST (a SINK of STOREs over RANGEs) to a rendered ``ProgramSpec``.
 
     simplify index math (and gated addresses) → optimize (codegen/opt) → bfloat16 emulation → transcendentals
-    → grouped reduces to local memory → launch dims → reduces to accumulators → index dtype → linearize
+    → grouped reduces to local memory → launch dims → reduces to accumulators → vector loads of contiguous lanes
+    → index dtype → linearize
     → vectorize innermost UPCAST loops (renderers with vector types) → render
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ from fusegrad.uop.ops import UOp, Ops, GroupOp, AxisType, graph_rewrite
 from fusegrad.uop.symbolic import symbolic
 from fusegrad.renderer import Renderer, ProgramSpec
 from fusegrad.codegen.lowering import lower_reduces, lower_group_reduces, to_launch_dims, narrow_index_dtype, emulate_bfloat16, \
-    unwrap_gated_indexes
+    unwrap_gated_indexes, load_contiguous_lanes
 from fusegrad.codegen.linearize import linearize
 from fusegrad.codegen.transcendental import decompose_transcendentals
 from fusegrad.codegen.vectorize import vectorize_loops
@@ -71,6 +72,7 @@ def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Progr
     else: global_size, local_size = [1, 1, 1], None
     ast = lower_reduces(ast)
     ast = graph_rewrite(ast, symbolic)
+    if renderer.vector_loops: ast = load_contiguous_lanes(ast)
     ast = narrow_index_dtype(ast)
     uops = linearize(ast)
     # innermost UPCAST loops as straight-line vector code, where the renderer has vector types

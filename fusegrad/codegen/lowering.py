@@ -10,6 +10,7 @@ Each pass is a rule set or a small function over UOps:
   LOCAL and GROUP_REDUCE ranges local indices.
 - ``narrow_index_dtype``: index math runs in int32 when every bound fits, else int64.
 - ``emulate_bfloat16``: bfloat16 values compute in float32; loads and stores convert the bits.
+- ``load_contiguous_lanes``: a vector of loads from consecutive addresses is one vector load.
 """
 from __future__ import annotations
 import functools, math
@@ -65,14 +66,19 @@ def lower_reduces(sink: UOp) -> UOp:
         size = prod(r.src[0].arg for r in upcasts)
         acc = UOp(Ops.DEFINE_REG, red.dtype.ptr(size), (), reg_number)
         init_ranges = copies(outer)
-        init = UOp(Ops.STORE, dtypes.void, (acc.index(slot_index(init_ranges)), UOp.const(red.dtype, identity_value(red.arg, red.dtype))) + outer)
+        identity = UOp.const(red.dtype.scalar(), identity_value(red.arg, red.dtype.scalar()))
+        if red.dtype.count > 1: identity = UOp(Ops.VECTORIZE, red.dtype, (identity,) * red.dtype.count)   # (a tensor core's sums)
+        init = UOp(Ops.STORE, dtypes.void, (acc.index(slot_index(init_ranges)), identity) + outer)
         update_ranges = copies(outer + tuple(own))
         update_value = value.substitute(dict(zip(upcasts, update_ranges))) if upcasts else value
         update_slot = acc.index(slot_index(update_ranges))
         # the update waits for the whole init, so it depends on an END closing the init's loops
         init_done = UOp(Ops.END, dtypes.void, (init,) + tuple(init_ranges)) if init_ranges else init
         running = UOp(Ops.LOAD, red.dtype, (update_slot, init_done) + tuple(own))
-        update = UOp(Ops.STORE, dtypes.void, (update_slot, UOp(red.arg, red.dtype, (running, update_value))) + tuple(own))
+        if update_value.op is Ops.WMMA and red.arg is Ops.ADD:   # the instruction adds to the running sums itself
+            updated = update_value.replace(src=update_value.src[:-1] + (running,))
+        else: updated = UOp(red.arg, red.dtype, (running, update_value))
+        update = UOp(Ops.STORE, dtypes.void, (update_slot, updated) + tuple(own))
         end = UOp(Ops.END, dtypes.void, (update,) + tuple(own) + tuple(update_ranges))
         mapping[red] = UOp(Ops.LOAD, red.dtype, (acc.index(slot_index(upcasts)), end))
     return sink.substitute(mapping)
@@ -257,6 +263,12 @@ def narrow_index_dtype(sink: UOp) -> UOp:
 def _bf16_bits_to_float(bits: UOp) -> UOp:
     return (bits.cast(dtypes.uint32) << 16).bitcast(dtypes.float32)
 
+def _is_bf16_widened(x: UOp) -> bool:
+    """Is ``x`` the float32 of 16 loaded bits (``_bf16_bits_to_float`` of a uint16 LOAD)?"""
+    return x.op is Ops.BITCAST and x.src[0].op is Ops.SHL and x.src[0].src[0].op is Ops.CAST and \
+        x.src[0].src[0].src[0].op is Ops.LOAD and x.src[0].src[0].src[0].dtype == dtypes.uint16 and \
+        x.src[0].src[1].op is Ops.CONST and x.src[0].src[1].arg == 16
+
 def _float_to_bf16_bits(x: UOp) -> UOp:
     """Round a float32 to the nearest-even bfloat16 and return its 16 bits (NaN stays NaN)."""
     bits = x.bitcast(dtypes.uint32)
@@ -290,6 +302,12 @@ def emulate_bfloat16(sink: UOp) -> UOp:
         if x.dtype != bf16 or x.op in (Ops.LOAD, Ops.CAST, Ops.BITCAST): return None
         if x.op is Ops.CONST: return UOp.const(f32, x.arg)
         return x.replace(dtype=f32)
+    def fix_fragment(v: UOp) -> UOp | None:
+        # a tensor core fragment (OptOps.TC) holds the 16-bit patterns: a lane loaded from memory keeps
+        # its bits as loaded, a computed lane (float32 by now) is rounded to bfloat16
+        if v.dtype.scalar() != bf16: return None
+        lanes = tuple(x.src[0].src[0].src[0] if _is_bf16_widened(x) else _float_to_bf16_bits(x) for x in v.src)
+        return UOp(Ops.VECTORIZE, dtypes.uint16.vec(v.dtype.count), lanes)
     def fix_bitcast(b: UOp, x: UOp) -> UOp | None:
         if b.dtype == bf16: return _bf16_bits_to_float(x.bitcast(dtypes.uint16))
         if x.dtype == f32 and b.dtype.itemsize == 2: return _float_to_bf16_bits(x).bitcast(b.dtype)
@@ -300,6 +318,25 @@ def emulate_bfloat16(sink: UOp) -> UOp:
         (UPat(Ops.STORE, name="st", src=(UPat.var("idx"), UPat.var("val")), allow_any_len=True), fix_store),
         (UPat(Ops.CAST, name="c", src=(UPat.var("x"),)), fix_cast),
         (UPat(Ops.BITCAST, name="b", src=(UPat.var("x"),)), fix_bitcast),
+        (UPat(Ops.VECTORIZE, name="v"), fix_fragment),
         (UPat(name="x"), fix_value),
     ])
     return graph_rewrite(sink, rules)
+
+# ---------------------------------------------------------------- contiguous lanes
+
+def load_contiguous_lanes(sink: UOp) -> UOp:
+    """``VECTORIZE`` of V ungated scalar loads at ``base + 0 .. base + V-1`` of one buffer (a tensor core's
+    fragment row) becomes one vector LOAD of V contiguous elements (for renderers with vector types)."""
+    from fusegrad.uop.symbolic import symbolic
+    def contiguous(v: UOp) -> UOp | None:
+        first = v.src[0]
+        if v.dtype.count < 2 or first.op is not Ops.LOAD or first.src[0].op is not Ops.INDEX or len(first.src[0].src) != 2: return None
+        buf, base = first.src[0].src
+        for lane, x in enumerate(v.src):
+            if x.op is not Ops.LOAD or x.src[1:] != first.src[1:] or x.src[0].op is not Ops.INDEX or x.src[0].src[0] is not buf \
+                    or len(x.src[0].src) != 2: return None
+            step = graph_rewrite(x.src[0].src[1] - base, symbolic)
+            if step.op is not Ops.CONST or step.arg != lane: return None
+        return UOp(Ops.LOAD, v.dtype, first.src)
+    return graph_rewrite(sink, PatternMatcher([(UPat(Ops.VECTORIZE, name="v"), contiguous)]))

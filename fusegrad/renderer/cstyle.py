@@ -9,7 +9,7 @@ import math, struct
 from collections import Counter
 from fusegrad.dtype import DType, PtrDType, dtypes
 from fusegrad.uop.ops import UOp, Ops, GroupOp, AxisType
-from fusegrad.renderer import Renderer
+from fusegrad.renderer import Renderer, TensorCore
 
 class CStyleLanguage(Renderer):
     kernel_prefix = "void "
@@ -178,6 +178,7 @@ class CStyleLanguage(Renderer):
         counters: Counter[str] = Counter()
         masked: set[DType] = set()         # vector dtypes loaded or stored under a lane mask
         cleanup: list[str] = []            # statements that end the kernel (freeing heap buffers)
+        tensor_cores: set = set()          # the TensorCores whose helper functions the kernel calls
         def fresh(prefix: str) -> str:
             counters[prefix] += 1
             return f"{prefix}{counters[prefix]-1}"
@@ -258,6 +259,9 @@ class CStyleLanguage(Renderer):
                 if len(index.src) > 2: statement = f"if ({_strip(expr[index.src[2]])}) {{ {statement} }}"
                 emit(statement)
             elif op is Ops.GEP: expr[u] = f"({expr[u.src[0]]})[{u.arg[0]}]"
+            elif op is Ops.WMMA:
+                tensor_cores.add(u.arg)
+                declare(u, f"fg_wmma_{u.arg.name}({', '.join(_strip(expr[x]) for x in u.src)})", "wmma")
             elif op is Ops.BARRIER:
                 if self.barrier: emit(self.barrier)
             elif op in (Ops.CAST, Ops.BITCAST) or op in GroupOp.ALU:
@@ -273,7 +277,12 @@ class CStyleLanguage(Renderer):
         body += ["  " + line for line in cleanup]
         typedefs = self.vector_typedefs(uops)
         if typedefs: body = [typedefs.rstrip("\n")] + body
-        return self.masked_access_macros(masked) + self.render_kernel(name, [p for _, p in sorted(buffer_params)] + params, body)
+        helpers = "".join(self.tensor_core_helper(tc) for tc in sorted(tensor_cores, key=lambda tc: tc.name))
+        return self.masked_access_macros(masked) + helpers + self.render_kernel(name, [p for _, p in sorted(buffer_params)] + params, body)
+
+    def tensor_core_helper(self, tc) -> str:
+        """C source of ``fg_wmma_<name>(a, b_0, .., c)``, a declared tensor core's instruction."""
+        raise NotImplementedError(f"{type(self).__name__} declares no tensor core {tc.name}")
 
     def render_local(self, name: str, dtype: DType, size: int) -> tuple[str, str | None]:
         """The declaration of a DEFINE_LOCAL array, and the statement that releases it (if any).
@@ -293,10 +302,44 @@ def _strip(text: str) -> str:
         return text[1:-1]
     return text
 
+# The CPU's tensor core: AVX512-BF16's ``vdpbf16ps`` adds, to each of 16 float32 sums, the two products of a
+# pair of bfloat16 values (32 multiply-adds per instruction, twice float32's 16 per FMA). As a TensorCore:
+# N = 16 columns (one vector of sums), M = 1 row, K = 2 (the pair).
+BF16_TENSOR_CORE = TensorCore(dims=(16, 1, 2), dtype_in=dtypes.bfloat16, dtype_out=dtypes.float32, name="bf16_16x1x2")
+
+# Without AVX512-BF16 (another CPU, another compiler) the helper computes the same thing with float32 vectors.
+_BF16_HELPER = """typedef unsigned short fg_u16x2 __attribute__((vector_size(4)));
+typedef unsigned short fg_u16x16 __attribute__((vector_size(32)));
+typedef unsigned short fg_u16x32 __attribute__((vector_size(64)));
+typedef unsigned int fg_u32x16 __attribute__((vector_size(64)));
+typedef float fg_f32x16 __attribute__((vector_size(64)));
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && !defined(FG_NO_BF16_INSTRUCTIONS)
+#include <immintrin.h>
+static inline fg_f32x16 fg_wmma_bf16_16x1x2(fg_u16x2 a, fg_u16x16 b0, fg_u16x16 b1, fg_f32x16 c) {
+  /* vdpbf16ps wants each column's pair side by side: b0[j], b1[j] */
+  fg_u16x32 b = __builtin_shufflevector(b0, b1, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  unsigned int pair;   /* a[0] in the low half, as the instruction pairs them */
+  __builtin_memcpy(&pair, &a, 4);
+  return (fg_f32x16)_mm512_dpbf16_ps((__m512)c, (__m512bh)_mm512_set1_epi32((int)pair), (__m512bh)b);
+}
+#else
+static inline fg_f32x16 fg_bf16x16_to_float(fg_u16x16 x) { return (fg_f32x16)(__builtin_convertvector(x, fg_u32x16) << 16); }
+static inline float fg_bf16_to_float(unsigned short x) { unsigned int bits = (unsigned int)x << 16; float f; __builtin_memcpy(&f, &bits, 4); return f; }
+static inline fg_f32x16 fg_wmma_bf16_16x1x2(fg_u16x2 a, fg_u16x16 b0, fg_u16x16 b1, fg_f32x16 c) {
+  return (c + fg_bf16_to_float(a[0]) * fg_bf16x16_to_float(b0)) + fg_bf16_to_float(a[1]) * fg_bf16x16_to_float(b1);
+}
+#endif
+"""
+
 class ClangRenderer(CStyleLanguage):
     """C for the CPU device, compiled by the system C compiler. THREAD ranges become OpenMP
-    parallel loops (each thread gets private accumulators)."""
+    parallel loops (each thread gets private accumulators). Its tensor core is ``BF16_TENSOR_CORE``."""
     device = "CPU"
+    tensor_cores = [BF16_TENSOR_CORE]
+    def tensor_core_helper(self, tc) -> str:
+        if tc != BF16_TENSOR_CORE: return super().tensor_core_helper(tc)
+        return _BF16_HELPER
     has_local = False
     native_transcendentals = False   # libm calls would stop loops from vectorizing
     vector_loops = True              # gcc/clang vector extensions (codegen/vectorize.py)

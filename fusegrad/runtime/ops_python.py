@@ -34,7 +34,8 @@ from typing import Any, Callable
 import numpy as np
 from fusegrad.dtype import DType, PtrDType, ImageDType, dtypes, INVERSE_NAMES
 from fusegrad.device import Compiled, Compiler, MallocAllocator
-from fusegrad.renderer import Renderer
+from fusegrad.renderer import Renderer, TensorCore
+from fusegrad.renderer.cstyle import BF16_TENSOR_CORE
 from fusegrad.uop.ops import UOp, Ops, GroupOp
 from fusegrad.uop.alu import PYTHON_ALU
 
@@ -43,7 +44,7 @@ from fusegrad.uop.alu import PYTHON_ALU
 # ops the interpreter executes (plus every ALU op but THREEFRY, which has no reference semantics yet)
 _SUPPORTED = {Ops.PARAM, Ops.DEFINE_VAR, Ops.DEFINE_REG, Ops.DEFINE_LOCAL, Ops.SPECIAL, Ops.RANGE, Ops.END, Ops.CONST,
               Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.GEP, Ops.BARRIER, Ops.IF,
-              Ops.ENDIF, Ops.SINK, Ops.NOOP} | (GroupOp.ALU - {Ops.THREEFRY})
+              Ops.ENDIF, Ops.SINK, Ops.NOOP, Ops.WMMA} | (GroupOp.ALU - {Ops.THREEFRY})
 
 def _enc_dtype(dt: DType) -> tuple:
     if isinstance(dt, ImageDType): raise NotImplementedError("the PYTHON device has no image dtypes")
@@ -55,8 +56,10 @@ def _dec_dtype(enc: tuple) -> DType:
     return getattr(dtypes, enc[1]).vec(enc[2])
 
 class PythonRenderer(Renderer):
-    """Serializes the linear program: base64 of a pickle of (op name, dtype, source positions, arg) tuples."""
+    """Serializes the linear program: base64 of a pickle of (op name, dtype, source positions, arg) tuples.
+    It declares the CPU's tensor core too, so TC kernels run here exactly as defined (``_wmma``)."""
     device = "PYTHON"
+    tensor_cores = [BF16_TENSOR_CORE]
     has_local = True
     has_shared = True
     supports_float4 = True
@@ -123,6 +126,17 @@ def _f32_to_bf16(x: Any) -> Any:
     b = f.view(np.uint32).astype(np.uint64)
     r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
     return np.where(np.isnan(f), 0x7FC0, r).astype(np.uint16)
+
+def _wmma(tc: TensorCore, xs: list) -> np.ndarray:
+    """``c[m*N+n] + sum_k a[m*K+k] * b_k[n]`` (renderer.TensorCore) in float32, k in order; bfloat16
+    fragments are bit patterns. Values are (lanes, elements) arrays or, when uniform, (elements,)."""
+    n, m, k = tc.dims
+    def value(x: Any) -> np.ndarray: return _bf16_to_f32(x) if tc.dtype_in == dtypes.bfloat16 else np.asarray(x, np.float32)
+    a, rows, c = value(xs[0]), [value(x) for x in xs[1:1 + k]], np.asarray(xs[-1], np.float32)
+    out = c.reshape(c.shape[:-1] + (m, n))
+    for l in range(k):
+        out = out + a[..., l::k][..., :, None] * rows[l][..., None, :]   # float32: products of bfloat16 are exact
+    return out.reshape(out.shape[:-2] + (m * n,)).astype(np.float32)
 
 def _cast(x: Any, sdt: DType, dt: DType) -> Any:
     ds, dd, onp = sdt.scalar(), dt.scalar(), _np(dt)
@@ -428,6 +442,7 @@ class PythonProgram:
                 ptr = dt
                 values[pc] = _Mem(np.zeros((L // ln.lsz, max(ptr.size, 0) * ptr.base.count), npdt[pc]), ln.group_ids,
                                   ptr.base.count, f"local {arg}", shared=True)
+            elif op is Ops.WMMA: values[pc] = _wmma(arg, [values[s] for s in src])
             elif op is Ops.NOOP: values[pc] = values[src[0]] if src else None
             elif op is Ops.BARRIER: ln.epoch += 1
             elif op is Ops.SINK: pass

@@ -501,8 +501,9 @@ def test_group_lowers_to_local_memory_barrier_and_gated_store():
     ([Opt(P, 2, 1)], "CPU", "at least 2"),
     ([Opt(L, 1, 4), Opt(P, 2, 8)], "PYTHON", "PADTO pads global and reduce axes, not LOCAL"),
     ([Opt(G, 2, 4), Opt(P, 2, 8)], "PYTHON", "PADTO pads global and reduce axes, not GROUP_REDUCE"),
-    ([Opt(OptOps.TC, 0, 0)], "PYTHON", "declares none"),
-    ([Opt(OptOps.TC, 0, 0)], "CPU", "declares none"),
+    # (float32 products: no tensor core here takes them; test_tc.py has the rest)
+    ([Opt(OptOps.TC, 0, 0)], "PYTHON", "no single sum of products that the PYTHON tensor cores"),
+    ([Opt(OptOps.TC, 0, 0)], "CPU", r"no single sum of products that the CPU tensor cores \(bfloat16 -> float32\)"),
 ])
 def test_illegal_gpu_opts_raise(opts, device, message):
     ast = _kernel(_matmul(12, 8, 16), device).ast
@@ -553,7 +554,7 @@ def test_candidate_actions_follow_the_renderer():
     assert gpu_only <= kinds("PYTHON") and not gpu_only & kinds("CPU")
     assert P in kinds("CPU") and P in kinds("PYTHON")
     assert P not in kinds("CPU", _matmul(32, 32, 64))       # nothing to pad
-    assert OptOps.TC not in kinds("PYTHON")
+    assert OptOps.TC not in kinds("PYTHON")                 # float32: no tensor core takes it (bfloat16: test_tc.py)
     assert S in kinds("CPU") and S in kinds("PYTHON")
 
 def test_every_legal_candidate_computes_the_same():

@@ -28,6 +28,7 @@ def candidate_actions(ast: UOp, renderer) -> list[Opt]:
     actions += [Opt(OptOps.UNROLL, axis, amount) for axis in range(min(n_axes, 6)) for amount in (4, 8, 16)]
     actions += [Opt(OptOps.SWAP, axis, other) for axis in range(min(n_axes, 4)) for other in range(axis + 1, min(n_axes, 4))]
     actions += [Opt(OptOps.STAGE, axis) for axis in range(min(n_axes, 4))]
+    if getattr(renderer, "tensor_cores", None): actions += _tensor_core_actions(ast, renderer)
     if getattr(renderer, "has_threads", False) and cpu_count() > 1: actions.append(Opt(OptOps.THREAD, 0, cpu_count()))
     if renderer.has_local:
         actions += [Opt(OptOps.LOCAL, axis, amount) for axis in range(min(n_axes, 5)) for amount in (2, 3, 4, 8, 13, 16, 29, 32)]
@@ -38,6 +39,19 @@ def candidate_actions(ast: UOp, renderer) -> list[Opt]:
     actions += [Opt(OptOps.PADTO, axis, 32) for axis, r in enumerate(axes[:7])
                 if isinstance(size := r.src[0].arg if r.src[0].op is Ops.CONST else None, int) and size % 32 != 0 and size > 8]
     return actions
+
+def _tensor_core_actions(ast: UOp, renderer) -> list[Opt]:
+    """TC on each of (at most 9) axis choices, with the lowest tc_opt that finds choices, and with tc_opt 2
+    where an axis must be padded. (TC is legal only as a kernel's first action.)"""
+    from fusegrad.codegen.opt.tc import tensor_core_choices
+    for tc_opt in (0, 1):
+        if choices := tensor_core_choices(ast, renderer, tc_opt): break
+    else: return []
+    actions = [Opt(OptOps.TC, choice, tc_opt) for choice in range(min(len(choices), 9))]
+    def divides(c) -> bool:
+        tc, *_, n, m, k = c
+        return all(r is None or (isinstance(size := r.src[0].arg, int) and size % dim == 0) for r, dim in zip((n, m, k), tc.dims))
+    return actions + [Opt(OptOps.TC, choice, 2) for choice, c in enumerate(choices[:9]) if not divides(c)]
 
 def _render(ast: UOp, renderer, opts: list[Opt]):
     from fusegrad.codegen import get_program
