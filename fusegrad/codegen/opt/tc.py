@@ -2,8 +2,9 @@
 
 A kernel qualifies when its only REDUCE is a sum, in the tensor core's ``dtype_out``, of a product
 ``x * y`` of two ``dtype_in`` values: ``CAST(MUL(x, y))`` (a bfloat16 matmul) or ``MUL(CAST(x), CAST(y))``.
-``Opt(OptOps.TC, axis, tc_opt)``: with tc_opt 0 both x and y must be loads, with 1 any values (fused
-elementwise work on the inputs), with 2 the axes are also padded (PADTO) up to the instruction's dims.
+``Opt(OptOps.TC, axis, tc_opt)``: with tc_opt 0 both x and y must be loads (padded or not) under the cast
+of the product, with 1 any values (fused elementwise work on the inputs) and casts of the factors, with 2
+the axes are also padded (PADTO) up to the instruction's dims.
 ``axis`` picks one of ``tensor_core_choices``: three axes of the kernel,
 
 - n, a global axis that y depends on and x doesn't (y is the ``b`` operand, N of its elements a row),
@@ -42,12 +43,16 @@ def _operands(value: UOp, tc: TensorCore, tc_opt: int) -> tuple[UOp, UOp] | None
     if value.op is not Ops.MUL: return None
     factors = []
     for s in value.src:
-        if s.dtype == tc.dtype_in: x = s
-        elif s.op is Ops.CAST and s.dtype == tc.dtype_out and s.src[0].dtype == tc.dtype_in: x = s.src[0]   # exact: f32(bf16) products
+        if s.dtype == tc.dtype_in and (tc_opt >= 1 or _loaded(s)): factors.append(s)
+        # float32 products of bfloat16 values are exact, so their sum is the tensor core's
+        elif tc_opt >= 1 and s.op is Ops.CAST and s.dtype == tc.dtype_out and s.src[0].dtype == tc.dtype_in: factors.append(s.src[0])
         else: return None
-        if tc_opt == 0 and x.op is not Ops.LOAD: return None
-        factors.append(x)
     return factors[0], factors[1]
+
+def _loaded(x: UOp) -> bool:
+    """A load, or a padded load (``valid.where(load, 0)``, how the scheduler pads an input)."""
+    if x.op is Ops.WHERE and x.src[2].op is Ops.CONST and x.src[2].arg == 0: x = x.src[1]
+    return x.op is Ops.LOAD
 
 def tensor_core_choices(ast: UOp, renderer, tc_opt: int) -> list[tuple[TensorCore, UOp, UOp, UOp, UOp, UOp | None, UOp]]:
     """Every way to run the kernel's reduce on a tensor core: (tc, reduce, a operand, b operand, n, m, k),
@@ -68,6 +73,7 @@ def tensor_core_choices(ast: UOp, renderer, tc_opt: int) -> list[tuple[TensorCor
                 for m, k in itertools.product(ms, reversed(red.src[1:])):
                     if k.arg[1] is AxisType.REDUCE and k in in_a and k in in_b: choices.append((tc, red, a, b, n, m, k))
     def contiguous(x: UOp, rng: UOp) -> bool:
+        if x.op is Ops.WHERE and _loaded(x): x = x.src[1]
         return x.op is Ops.LOAD and x.src[0].op is Ops.INDEX and opt._stride(x.src[0], rng) == 1
     return sorted(choices, key=lambda c: (not contiguous(c[3], c[4]), not contiguous(c[2], c[6])))
 
