@@ -17,6 +17,9 @@
 4. conv: conv2d forward + input and weight gradients for common shapes (3x3 with padding, stride 2,
    a first layer with 3 channels, 128 channels, 1x1), jitted, vs PyTorch: ms and GFLOPS (3 convs'
    worth of multiply-adds).
+5. bf16: bfloat16 N×N @ N×N (float32 sums, bfloat16 result) — fusegrad's default (the CPU tensor
+   core: AVX512-BF16 ``vdpbf16ps`` through OptOps.TC), fusegrad with TC=0 (emulated bfloat16 in
+   float32 vector code), PyTorch's bfloat16 matmul. GFLOPS and ratios vs PyTorch.
 
 Every measurement runs in its own child process (see bench/_benchutil.py). Medians; no
 assertions on timings. See bench/README.md.
@@ -28,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _benchutil import (run_sections, ChildRunner, child_main, device_sync, fmt, import_framework, import_torch, median_time, print_header,
                         print_table, ratio, report_load_after, status)
 
-SECTIONS = ["matmul", "elementwise", "mnist", "conv"]
+SECTIONS = ["matmul", "elementwise", "mnist", "conv", "bf16"]
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -232,7 +235,24 @@ def task_conv(t: dict) -> dict:
     elapsed = median_time(jitted, t["reps"], warmup=0, sync=device_sync(Device))
     return {"t": elapsed, "out": sample([r.numpy() for r in jitted()])}
 
-TASKS = {"matmul": task_matmul, "elementwise": task_elementwise, "mnist": task_mnist, "conv": task_conv}
+def task_bf16(t: dict) -> dict:
+    import numpy as np
+    n, reps, fw_name = t["n"], t["reps"], t["framework"]
+    # inputs exact in bfloat16, so every peer multiplies the same numbers; the reference sums in float64
+    an, bn = [(x.view(np.uint32) & 0xFFFF0000).view(np.float32) for x in _inputs([(n, n), (n, n)])]
+    ref = an.astype(np.float64) @ bn.astype(np.float64)
+    if fw_name == "torch":
+        torch = import_torch(t["threads"])
+        a, b = torch.from_numpy(an).bfloat16(), torch.from_numpy(bn).bfloat16()
+        return {"t": median_time(lambda: a @ b, reps, warmup=1), "err": _rel_err((a @ b).float().numpy(), ref)}
+    from fusegrad import Tensor, Context, dtypes
+    with Context(TC=t["tc"]):
+        a, b = Tensor(an).cast(dtypes.bfloat16).realize(), Tensor(bn).cast(dtypes.bfloat16).realize()
+        err = _rel_err((a @ b).float().numpy(), ref)
+        kernel, kernels = _fusegrad_kernel_time(lambda: a @ b, reps)
+    return {"t": kernel, "err": err, "kernels": kernels}
+
+TASKS = {"matmul": task_matmul, "elementwise": task_elementwise, "mnist": task_mnist, "conv": task_conv, "bf16": task_bf16}
 
 # ================================================================ parent
 
@@ -335,6 +355,24 @@ def section_conv(args, runner: ChildRunner) -> None:
              "torch eager; GFLOPS count 3 convolutions' multiply-adds", "'÷ fusegrad' = torch time ÷ fusegrad time (>1: fusegrad faster)",
              "err = max relative difference from torch over the output and both gradients"]
     print_table("4. conv2d forward + backward", ["shape", "fusegrad ms", "GFLOPS", "torch ms", "÷ fusegrad", "err"], rows, notes + errors)
+
+def section_bf16(args, runner: ChildRunner) -> None:
+    rows, errors = [], []
+    for n in args.sizes:
+        flops, base = 2 * n ** 3, {"task": "bf16", "n": n, "reps": args.reps}
+        results = []
+        if "fusegrad" in args.peers:
+            results += [(f"fusegrad tensor core (TC=1, kernel only)", runner.run(dict(base, tc=1), "fusegrad")),
+                        (f"fusegrad without (TC=0, kernel only)", runner.run(dict(base, tc=0), "fusegrad"))]
+        if "torch" in args.peers: results.append((f"torch bfloat16 ({args.threads} threads)", runner.run(base, "torch")))
+        torch_t = next((r["t"] for label, r in results if label.startswith("torch") and r["ok"]), None)
+        for label, r in results:
+            if not r["ok"]:
+                rows.append([f"{n}: {label}", status(r, errors, label)] + ["-"] * 3); continue
+            rows.append([f"{n}: {label}", fmt(r["t"], 1e3, 2), f"{flops / r['t'] / 1e9:.1f}", ratio(torch_t, r["t"]), f"{r['err']:.1e}"])
+    notes = ["inputs are exact bfloat16 values; the result is bfloat16 (float32 sums); err = max |x - float64 ref| ÷ max |ref|",
+             "'÷ torch' = torch time ÷ this time (>1: faster than torch)"]
+    print_table("5. matmul bfloat16", ["N: peer", "median ms", "GFLOPS", "÷ torch", "err"], rows, notes + errors)
 
 def main() -> None:
     sections = {name[len("section_"):]: fn for name, fn in globals().items() if name.startswith("section_")}
