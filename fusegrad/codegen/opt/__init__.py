@@ -686,9 +686,9 @@ def _tensor_core_opts(ast: UOp, renderer) -> list[Opt]:
     a_ids, b_ids = {r.arg[0] for r in ranges_in(a)}, {r.arg[0] for r in ranges_in(b)}
     row = next((r for r in reversed(axes) if r.arg[1] is not AxisType.REDUCE and r.arg[0] in a_ids - b_ids and
                 (m is None or r.arg[0] == m.arg[0])), None)
-    choices_ = [(column, _largest_divisor(_size(column), (4, 2)), OptOps.UPCAST)]
-    if row is not None: choices_.append((row, _largest_divisor(_size(row), (8, 4, 2)), OptOps.UPCAST))
-    opts += _as_opts(axes, [c for c in choices_ if c[1] is not None])
+    tile = [(column, _largest_divisor(_size(column), (4, 2)), OptOps.UPCAST)]
+    if row is not None: tile.append((row, _largest_divisor(_size(row), (8, 4, 2)), OptOps.UPCAST))
+    opts += _as_opts(axes, [c for c in tile if c[1] is not None])
     for o in opts[1:]: tiled = apply_opt(tiled, o, renderer)
     work = prod(_size(r) for r in kernel_axes(ast)) if all(isinstance(_size(r), int) for r in kernel_axes(ast)) else 0
     if getattr(renderer, "has_threads", False) and cpu_count() > 1 and work >= getenv("THREAD_MIN_WORK", 1 << 20):
@@ -698,7 +698,8 @@ def _tensor_core_opts(ast: UOp, renderer) -> list[Opt]:
     return opts
 
 def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
-    """Defaults without search: register tiles for reduces with several outputs (matmul; conv tiles
+    """Defaults without search: the renderer's tensor core where one computes the reduce (bfloat16
+    matmul on the CPU; ``TC=0`` turns that off), register tiles for reduces with several outputs (matmul; conv tiles
     with a channel vector and staged weights), 64-output row tiles for reductions down matrix
     columns, partial-sum lanes for other long reductions, vector lanes for elementwise kernels, and
     threads for big enough kernels (docs/decisions.md, "Codegen on the CPU", has the measurements).
