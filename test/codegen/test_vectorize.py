@@ -10,18 +10,12 @@ from fusegrad.codegen import get_program
 from fusegrad.codegen.opt import Opt, OptOps
 from fusegrad.codegen.vectorize import vectorize_loops
 from fusegrad.uop.ops import Ops
-from test_opts import _kernel, _run, _matmul, _elementwise as _transposed   # (x.permute(1, 0) * 3 + 1)
+from test_opts import _kernel, _run, _matmul, _elementwise as _transposed, _reduce_rows as _reduce   # (x.permute(1, 0) * 3 + 1)
 
 def _elementwise(m, n):
     def build(device):
         x = Tensor(np.random.default_rng(m).standard_normal((m, n)).astype(np.float32), device=device).realize()
         return (x * 3 + 1).relu().exp() + x.maximum(0.5)
-    return build
-
-def _reduce(m, n):
-    def build(device):
-        x = Tensor(np.random.default_rng(n).standard_normal((m, n)).astype(np.float32), device=device).realize()
-        return (x * 2).sum(1) + x.max(1)
     return build
 
 def _conv(cin, cout, size):

@@ -690,7 +690,8 @@ def _tensor_core_opts(ast: UOp, renderer) -> list[Opt]:
     if row is not None: tile.append((row, _largest_divisor(_size(row), (8, 4, 2)), OptOps.UPCAST))
     opts += _as_opts(axes, [c for c in tile if c[1] is not None])
     for o in opts[1:]: tiled = apply_opt(tiled, o, renderer)
-    work = prod(_size(r) for r in kernel_axes(ast)) if all(isinstance(_size(r), int) for r in kernel_axes(ast)) else 0
+    sizes = [_size(r) for r in kernel_axes(ast)]
+    work = prod(sizes) if all(isinstance(s, int) for s in sizes) else 0
     if getattr(renderer, "has_threads", False) and cpu_count() > 1 and work >= getenv("THREAD_MIN_WORK", 1 << 20):
         first = kernel_axes(tiled)[0]
         if first.arg[1] in (AxisType.GLOBAL, AxisType.LOOP) and isinstance(_size(first), int) and _size(first) >= cpu_count():

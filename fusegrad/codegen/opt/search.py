@@ -16,7 +16,7 @@ from typing import Any
 from fusegrad.helpers import DEBUG, IGNORE_BEAM_CACHE, content_hash, getenv
 from fusegrad.dtype import dtypes
 from fusegrad.uop.ops import UOp, Ops, AxisType, pretty_print
-from fusegrad.codegen.opt import Opt, OptOps, KernelOptError, apply_opt, kernel_axes, cpu_count, hand_coded_optimizations
+from fusegrad.codegen.opt import Opt, OptOps, KernelOptError, apply_opt, kernel_axes, cpu_count, hand_coded_optimizations, _size
 
 def candidate_actions(ast: UOp, renderer) -> list[Opt]:
     """Every action worth trying on this kernel (legality is checked when applying). Workgroup
@@ -50,7 +50,7 @@ def _tensor_core_actions(ast: UOp, renderer) -> list[Opt]:
     actions = [Opt(OptOps.TC, choice, tc_opt) for choice in range(min(len(choices), 9))]
     def divides(c) -> bool:
         tc, *_, n, m, k = c
-        return all(r is None or (isinstance(size := r.src[0].arg, int) and size % dim == 0) for r, dim in zip((n, m, k), tc.dims))
+        return all(r is None or (isinstance(size := _size(r), int) and size % dim == 0) for r, dim in zip((n, m, k), tc.dims))
     return actions + [Opt(OptOps.TC, choice, 2) for choice, c in enumerate(choices[:9]) if not divides(c)]
 
 def _render(ast: UOp, renderer, opts: list[Opt]):
