@@ -16,9 +16,9 @@ from fusegrad.helpers import DEBUG, GlobalCounters, getenv, cache_dir, content_h
 
 # ---------------------------------------------------------------- registry
 
-RUNTIMES = {"CPU": "ops_cpu", "PYTHON": "ops_python", "NPY": "ops_npy", "DISK": "ops_disk", "LLVM": "ops_llvm",
-            "CL": "ops_cl", "CUDA": "ops_cuda", "NULL": "ops_null"}
-LEGACY_FLAGS = {"CLANG": "CPU", "CPU": "CPU", "LLVM": "CPU:LLVM", "PYTHON": "PYTHON", "GPU": "CL", "CL": "CL", "CUDA": "CUDA"}
+# Only backends that exist are listed: a device name without a runtime module is an unknown device.
+RUNTIMES = {"CPU": "ops_cpu", "PYTHON": "ops_python", "NPY": "ops_npy", "DISK": "ops_disk", "NULL": "ops_null"}
+LEGACY_FLAGS = {"CLANG": "CPU", "CPU": "CPU", "PYTHON": "PYTHON", "NULL": "NULL"}
 
 class _Device:
     """``Device["CPU"]`` opens (once) and returns a device; ``Device.DEFAULT`` is the default name."""
