@@ -8,7 +8,7 @@ graph is scheduled into fused kernels, compiled and run.
 [4.0, 7.0]
 """
 from __future__ import annotations
-import functools, math, struct, weakref
+import functools, hashlib, math, struct, weakref
 from typing import Any, Callable, Iterable, Sequence
 from fusegrad.dtype import (DType, dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype, to_dtype, to_np_dtype,
                             from_np, ConstType)
@@ -89,7 +89,8 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     __slots__ = ("uop", "requires_grad", "grad", "_ctx", "_backward_done", "__weakref__")
     no_grad: bool = False
     _seed: int = 0
-    _rng_counters: dict[str, "Tensor"] = {}
+    _device_seeds: dict[str, "Tensor"] = {}          # per device: uint32 [stream id, seed], the threefry key
+    _device_rng_counters: dict[str, "Tensor"] = {}   # per device: uint32 [low, high] of a 64-bit draw counter
 
     def __init__(self, data: Any = None, device: str | tuple | None = None, dtype: DType | str | None = None,
                  requires_grad: bool | None = None):
@@ -463,44 +464,67 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return Tensor(gzip.decompress(data) if gunzip else data, **kwargs)
 
     # ---------------------------------------------------------------- random numbers (counter-based threefry)
+    #
+    # The stream is tinygrad 0.14's, bit for bit, so a seeded experiment gives the same numbers on both:
+    # - each device gets a key the first time it draws: [low 32 bits of sha256(n), seed], n = how many
+    #   devices drew before it (the first device, usually the only one, has n = 0);
+    # - each device keeps a 64-bit counter of the uint32 words it handed out; a draw of ``num`` words
+    #   first turns (counter, key) into a fresh key with one Threefry-2x32 block, then encrypts the
+    #   counters 0..ceil(num/2)-1 (low words) and ceil(num/2).. (high words) under that key;
+    # - floats take the top mantissa bits of their own width: ``bits >> (bitsize - mantissa) | 1.0``,
+    #   bitcast, minus 1, so values lie in [0, 1) and half/bfloat16 never round up to 1.0.
     @staticmethod
     def manual_seed(seed: int = 0) -> None:
-        """Seed every random op: equal seeds give equal numbers on every device."""
-        Tensor._seed = int(seed)
-        Tensor._rng_counters = {}
+        """Seed every random op: equal seeds give equal numbers (the same as tinygrad's for the same seed).
+
+        >>> Tensor.manual_seed(42); a = Tensor.rand(3).tolist(); Tensor.manual_seed(42); a == Tensor.rand(3).tolist()
+        True
+        """
+        Tensor._seed, Tensor._device_seeds, Tensor._device_rng_counters = int(seed), {}, {}
     @staticmethod
-    def _rng_counter(device: str) -> "Tensor":
-        if device not in Tensor._rng_counters:
-            Tensor._rng_counters[device] = Tensor([0], dtype=dtypes.uint32, device=device)
-        return Tensor._rng_counters[device]
+    def _next_counter(device: str, num: int) -> tuple["Tensor", "Tensor"]:
+        """The device's key (uint32 [2]) and its counter before a draw of ``num`` uint32 words (a uint64
+        [1]), advancing the counter. The increment is an assign that each draw's graph reads (the value
+        before it is ``counter - num``), so it runs with the draw and TinyJit replays advance it too.
+        (tinygrad keeps the counter as two uint32 words; one uint64 holds the same number and updates
+        in place without reading its other half.)"""
+        if device not in Tensor._device_seeds:
+            stream = int.from_bytes(hashlib.sha256(len(Tensor._device_seeds).to_bytes(4, "big")).digest(), "big")
+            Tensor._device_seeds[device] = Tensor([stream & 0xFFFFFFFF, Tensor._seed & 0xFFFFFFFF], dtype=dtypes.uint32, device=device)
+            Tensor._device_rng_counters[device] = Tensor([0], dtype=dtypes.uint64, device=device)
+        counter = Tensor._device_rng_counters[device]
+        counter.assign(counter + num)
+        return Tensor._device_seeds[device], Tensor(counter.uop, requires_grad=False) - num
     @staticmethod
     def _random_bits(count: int, device: str) -> "Tensor":
-        """``count`` random uint32 values from Threefry-2x32 (20 rounds), keyed by the seed and a
-        per-device counter that advances by ``count`` on every call."""
-        counter = Tensor._rng_counter(device)
-        # advance the counter first and derive the draw from the advanced value: the increment is
-        # then part of every draw's graph, so it is realized (and captured by TinyJit) with it
-        counter.assign(counter + count)
-        start = Tensor(counter.uop, requires_grad=False) - count
-        half = ceildiv(count, 2)
-        base = start.reshape(()).expand((half,)) if half else start
-        counts0 = Tensor.arange(half, device=device, dtype=dtypes.uint32) + base
-        counts1 = counts0 + half
-        key0, key1 = Tensor._seed & 0xFFFFFFFF, (Tensor._seed >> 32) & 0xFFFFFFFF
-        x0, x1 = _threefry2x32(counts0, counts1, key0, key1)
-        return x0.cat(x1)[:count] if count else x0
+        """``count`` random uint32 words of the device's Threefry-2x32 stream (see above)."""
+        key, counter = Tensor._next_counter(device, count)
+        chunks, chunk_max = [], 0xFFFFFFFF
+        for start in range(0, count, chunk_max):
+            size = min(count - start, chunk_max)
+            block = counter + start
+            key_low, key_high = _threefry2x32(block.cast(dtypes.uint32), (block >> 32).cast(dtypes.uint32), key[0:1], key[1:2])
+            half = ceildiv(size, 2)
+            counts0 = Tensor.arange(half, device=device, dtype=dtypes.uint32)
+            words0, words1 = _threefry2x32(counts0, counts0 + half, key_low.reshape(()), key_high.reshape(()))
+            chunks.append(words0.cat(words1)[:size])
+        return chunks[0].cat(*chunks[1:])
     @staticmethod
-    def rand(*shape, device: str | None = None, dtype: DType | str | None = None, **kwargs) -> "Tensor":
-        """Uniform samples in [0, 1): ``Tensor.rand(2, 3)``."""
+    def rand(*shape, device: str | None = None, dtype: DType | str | None = None, contiguous: bool = True, **kwargs) -> "Tensor":
+        """Uniform samples in [0, 1): ``Tensor.rand(2, 3)``.
+
+        >>> Tensor.manual_seed(0); 0.0 <= Tensor.rand(4).min().item() and Tensor.rand(4).max().item() < 1.0
+        True
+        """
         shape = Tensor._shape_arg(shape)
         dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
         device = _canonical_device(device)
         if not dtypes.is_float(dtype): raise TypeError(f"rand needs a float dtype, got {dtype}")
         count = prod(shape)
         if count == 0: return Tensor.zeros(*shape, device=device, dtype=dtype, **kwargs)
-        bits = Tensor._random_bits(count, device)
-        uniform = (bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))
-        return Tensor(uniform.reshape(shape).cast(dtype).uop, **kwargs)
+        bits = Tensor._random_bits(ceildiv(count * dtype.itemsize, 4), device)
+        uniform = _bits_to_unit_interval(bits, count, dtype).reshape(shape)
+        return Tensor((uniform.contiguous() if contiguous else uniform).uop, **kwargs)
     def rand_like(self, **kwargs) -> "Tensor":
         return Tensor.rand(*self.shape, **{"device": self.device, "dtype": self.dtype, **kwargs})
     @staticmethod
@@ -510,6 +534,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
         requires_grad = kwargs.pop("requires_grad", None)
         src = Tensor.rand(2, *shape, dtype=dtypes.float32, **kwargs)
+        # Box-Muller on two uniforms, as tinygrad (the same stream gives the same normals)
         normal = (src[0] * (2 * math.pi)).cos() * ((1 - src[1]).log() * -2).sqrt()
         return Tensor(normal.cast(dtype).uop, requires_grad=requires_grad)
     def randn_like(self, **kwargs) -> "Tensor":
@@ -517,10 +542,11 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     @staticmethod
     def randint(*shape, low: int = 0, high: int = 10, dtype: DType | str = dtypes.int32, **kwargs) -> "Tensor":
         """Uniform integers in [low, high)."""
-        if not isinstance(low, int) or not isinstance(high, int) or high <= low:
-            raise ValueError(f"randint needs int low < high, got low={low}, high={high}")
+        if not isinstance(low, int) or not isinstance(high, int): raise TypeError(f"randint needs int bounds, got low={low!r}, high={high!r}")
+        if high <= low: raise ValueError(f"randint needs low < high, got low={low}, high={high}")
         dtype = to_dtype(dtype)
-        return Tensor((Tensor.rand(*shape, **kwargs) * (high - low)).cast(dtypes.int64).add(low).cast(dtype).uop)
+        if not dtypes.is_int(dtype): raise TypeError(f"randint needs an int dtype, got {dtype}")
+        return Tensor.uniform(*shape, low=low, high=high, dtype=dtype, **kwargs)
     @staticmethod
     def normal(*shape, mean: float = 0.0, std: float = 1.0, **kwargs) -> "Tensor":
         requires_grad = kwargs.pop("requires_grad", None)
@@ -528,8 +554,9 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     @staticmethod
     def uniform(*shape, low: float = 0.0, high: float = 1.0, **kwargs) -> "Tensor":
         requires_grad = kwargs.pop("requires_grad", None)
-        dtype = kwargs.pop("dtype", dtypes.default_float)
-        return Tensor(((high - low) * Tensor.rand(*shape, **kwargs) + low).cast(dtype).uop, requires_grad=requires_grad)
+        dtype = kwargs.pop("dtype", None) or dtypes.default_float
+        # scaled in float32, cast, then shifted: tinygrad's order of rounding, so seeded values match
+        return Tensor(((high - low) * Tensor.rand(*shape, **kwargs)).cast(dtype).add(low).uop, requires_grad=requires_grad)
     @staticmethod
     def scaled_uniform(*shape, **kwargs) -> "Tensor":
         return Tensor.uniform(*shape, low=-1.0, high=1.0, **kwargs).mul(prod(argfix(*shape)) ** -0.5)
@@ -601,6 +628,10 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """Convert values: ``Tensor([1.7]).cast(dtypes.int32).tolist() == [1]``."""
         dtype = to_dtype(dtype)
         if self.dtype == dtype: return self
+        if self.uop.op is Ops.CONST and dtypes.is_weak(self.dtype) and not isinstance(self.uop.arg, UOp):
+            # a Python literal takes the dtype directly: a weak int is only narrowed to default_int
+            # when it stays weak, so 2**40 meeting a uint64 tensor must not pass through int32
+            return Tensor(self.uop.replace(dtype=dtype, arg=dtypes.as_const(self.uop.arg, dtype)), requires_grad=self.requires_grad)
         return self._apply(Ops.CAST, dtype=dtype)
     def bitcast(self, dtype: DType | str) -> "Tensor":
         """Reinterpret the bits: ``Tensor([1.0]).bitcast(dtypes.uint32).item() == 0x3F800000``.
@@ -1234,8 +1265,9 @@ def _is_plain(u: UOp) -> bool:
 def _rotl32(x: Tensor, r: int) -> Tensor:
     return (x << r) | (x >> (32 - r))
 
-def _threefry2x32(x0: Tensor, x1: Tensor, key0: int, key1: int) -> tuple[Tensor, Tensor]:
-    """The Threefry-2x32 block cipher (20 rounds) on uint32 tensors: counters in, random bits out."""
+def _threefry2x32(x0: Tensor, x1: Tensor, key0: Tensor, key1: Tensor) -> tuple[Tensor, Tensor]:
+    """The Threefry-2x32 block cipher (20 rounds) on uint32 tensors: the block (x0, x1) encrypted under
+    the key (key0, key1), all uint32 tensors that broadcast (additions wrap modulo 2**32)."""
     keys = [key0, key1, key0 ^ key1 ^ 0x1BD11BDA]
     rotations = [(13, 15, 26, 6), (17, 29, 16, 24)]
     x0, x1 = x0 + keys[0], x1 + keys[1]
@@ -1244,8 +1276,30 @@ def _threefry2x32(x0: Tensor, x1: Tensor, key0: int, key1: int) -> tuple[Tensor,
             x0 = x0 + x1
             x1 = _rotl32(x1, r) ^ x0
         x0 = x0 + keys[(block + 1) % 3]
-        x1 = x1 + (keys[(block + 2) % 3] + block + 1) % 2**32
+        x1 = x1 + keys[(block + 2) % 3] + (block + 1)
     return x0, x1
+
+def _uint32_words_as(words: Tensor, unsigned: DType) -> Tensor:
+    """The bytes of a 1-d uint32 tensor read as another unsigned type (little-endian, as a bitcast of the
+    memory would): uint16/uint8 split each word, uint64 joins pairs of words."""
+    if unsigned == dtypes.uint32: return words
+    if unsigned == dtypes.uint64:
+        pairs = words.reshape(-1, 2).cast(dtypes.uint64)
+        return pairs[:, 0] | (pairs[:, 1] << 32)
+    pieces = 4 // unsigned.itemsize
+    mask, width = (1 << 8 * unsigned.itemsize) - 1, 8 * unsigned.itemsize
+    parts = [(words >> (width * i)) & mask for i in range(pieces)]
+    return Tensor.stack(*parts, dim=1).reshape(-1).cast(unsigned)
+
+def _bits_to_unit_interval(bits: Tensor, count: int, dtype: DType) -> Tensor:
+    """``count`` floats of ``dtype`` in [0, 1) from uint32 random words: each float's top mantissa bits
+    are random bits under the exponent of 1.0, so the value is ``1.x - 1`` (uniform on a 2**-mantissa grid)."""
+    exponent, mantissa = dtypes.finfo(dtype)
+    unsigned = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[dtype.itemsize]
+    bias = (1 << (exponent - 1)) - (0 if "fnuz" in dtype.name else 1)   # fnuz types have one more
+    one_bits = bias << mantissa                                           # 1.0: biased exponent 0, mantissa 0
+    words = _uint32_words_as(bits, unsigned)
+    return ((words >> (8 * dtype.itemsize - mantissa)) | one_bits).bitcast(dtype)[:count] - 1
 
 def _apply_becomes(becomes: dict[UOp, UOp]) -> list[UOp]:
     """After scheduling, point every live tensor at the buffers (or constants) its graph became.

@@ -106,7 +106,7 @@ class FunctionalMixin:
         dtypes = _dtypes()
         if p == 1: return Tensor.full(self.shape, False, dtype=dtypes.bool, device=self.device).where(self, 0)
         keep = Tensor.rand(*self.shape, device=self.device, dtype=dtypes.default_float, requires_grad=False) >= p
-        return keep.where(self, 0) * (1.0 / (1.0 - p))
+        return keep.where(self, 0) / (1.0 - p)
 
     # ---------------------------------------------------------------- one-hot
     def _one_hot_along_dim(self: "Tensor", num_classes: int, dim: int = -1) -> "Tensor":

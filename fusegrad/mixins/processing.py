@@ -748,12 +748,13 @@ class ProcessingMixin:
         if not isinstance(num_samples, int) or num_samples <= 0: raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
         weight = (self.unsqueeze(0) if self.ndim == 1 else self).float().detach()
         rows, n = weight.shape
-        if not replacement:
-            if num_samples > n: raise ValueError(f"can't take {num_samples} samples without replacement from {n} categories")
-            # exponential race: the order of E/w with E ~ Exp(1) samples without replacement
+        if not replacement and num_samples > n:
+            raise ValueError(f"can't take {num_samples} samples without replacement from {n} categories")
+        if not replacement and num_samples > 1:
+            # Efraimidis-Spirakis: the num_samples largest log2(u)/w (u uniform) are a sample without
+            # replacement; the same draws as tinygrad's, so a seeded run picks the same indices
             u = Tensor.rand(rows, n, device=self.device)
-            keys = (weight > 0).where(-(1 - u).log() / weight, math.inf)
-            indices = keys.argsort(-1)[:, :num_samples]
+            indices = (u.log2() / weight).topk(num_samples, dim=1)[1]
         else:
             cw = weight.cumsum(1)
             cdf = cw / cw[:, -1:]
