@@ -59,6 +59,43 @@ def _broadcast_shape(*shapes: tuple) -> tuple:
         out.append(non_one.pop() if non_one else 1)
     return tuple(out)
 
+# Series of the composed math functions (Tensor.tanh, sinh, asin/acos, atan, erf), lowest order first,
+# fitted with mpmath.chebyfit at 40 digits, like codegen/transcendental.py's (see its docstring), to
+# float64 accuracy; float32 and the widened float16 use the same ones. Odd functions are
+# f(x) = x + x*z*P(z), z = x*x, with P = (f(sqrt z) - sqrt z)/z**1.5 on [0, zmax]; worst relative error
+# of the rounded P (it enters f scaled by z*P/f <= 0.12, so each costs < 0.1 ulp of float64).
+_TANH_SERIES = (-0.3333333333333333, 0.13333333333333042, -0.05396825396789699, 0.021869488519008305,   # |x| <= 0.625: 1.7e-16
+                -0.008863235103240878, 0.0035921217511549622, -0.0014557754120478055, 0.0005896606577757043,
+                -0.0002375906496055562, 9.257116129556769e-05, -3.12011014257974e-05, 6.485163482793113e-06)
+_SINH_SERIES = (0.16666666666666666, 0.008333333333333333, 0.00019841269841269773, 2.755731922404034e-06,   # |x| <= 1: 1.4e-16
+                2.505210836405804e-08, 1.6059048396350562e-10, 7.646625361656657e-13, 2.8445264169895285e-15)
+_ASIN_SERIES = (0.1666666666666665, 0.07500000000020764, 0.044642857103423646, 0.03038194736709848,   # |x| <= 0.5: 1.3e-15
+                0.02237204763174451, 0.017355259955786323, 0.013929652902326633, 0.011875494382636922,
+                0.0078029494773533175, 0.01603551434914882, -0.010749050339697808, 0.028169218060881414)
+_ATAN_SERIES = (-0.3333333333333333, 0.19999999999999804, -0.14285714285659748, 0.11111111105147764,   # |x| <= tan(pi/8): 1.6e-16
+                -0.09090908753118594, 0.07692296363979952, -0.066664246872465, 0.05878926715756726,
+                -0.052304374642516874, 0.045515165635903104, -0.0345685906686069, 0.01628357235648259)
+# erf(x) = x * E(x*x) for |x| <= 1 (1.6e-16); erfcx(x) = erfc(x) * e**(x*x) by a polynomial in x - 1.5
+# on [1, 2] (2.2e-16) and as t * F(t), t = 1/x, on [1/6, 1/2] (1.5e-16).
+_ERF_SERIES = (1.1283791670955126, -0.37612638903183543, 0.11283791670945006, -0.02686617064323777,
+               0.0052239776071164225, -0.0008548325975389692, 0.00012055294904839707, -1.492473690741966e-05,
+               1.6447424703317362e-06, -1.6208483801871705e-07, 1.3720064546777686e-08, -7.795898827002142e-10)
+_ERFCX_NEAR = (0.3215854164543175, -0.16362291773256007, 0.07615103985547739, -0.032930905299562635,
+               0.013377340953068511, -0.005145957547985475, 0.0018861348769562312, -0.0006619300663930904,
+               0.00022330994586274217, -7.265892257522832e-05, 2.2864294807967016e-05, -6.974987241686018e-06,
+               2.067088490322641e-06, -5.961119446974675e-07, 1.6708703859197203e-07, -4.585146974854072e-08,
+               1.329844554951821e-08, -3.4778531023839574e-09)
+_ERFCX_FAR = (0.5641896604178288, -4.574009817107136e-06, -0.28196820396941563, -0.0021606758134152817,
+              0.448552969659435, -0.21763592848373958, 0.33846378764102497, -6.776967958613981, 28.378373975434865,
+              -65.07685395790537, 96.3275011584836, -92.25465648211087, 47.85325397382882, 2.911838728226133,
+              -23.503945973391446, 15.288758100815055, -3.5742179745031395)
+
+def _horner(x: "Tensor", coefficients: tuple[float, ...]) -> "Tensor":
+    """c0 + c1*x + c2*x**2 + ... (coefficients lowest order first)."""
+    acc = x * coefficients[-1] + coefficients[-2]
+    for c in reversed(coefficients[:-2]): acc = acc * x + c
+    return acc
+
 class _TrainingFlag:
     """``Tensor.training`` reads and writes the TRAINING context flag, so ``Context(TRAINING=1)``
     and ``with Tensor.train():`` are the same switch."""
@@ -903,6 +940,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     def logsumexp(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
         """log(sum(exp(x))) computed stably."""
         m = self.max(axis, keepdim=True)
+        m = m.isinf().where(0, m)   # a row of -inf gives log(0) = -inf, a +inf gives +inf (not inf - inf = nan)
         return (self - m).exp().sum(axis, keepdim=True).log().add(m)._squeeze_axes(self._resolve_axes(axis), keepdim)
     def _squeeze_axes(self, axes: tuple[int, ...], keepdim: bool) -> "Tensor":
         if keepdim: return self
@@ -948,8 +986,47 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return self._unary(Ops.SQRT)
     def rsqrt(self) -> "Tensor": return self.sqrt().reciprocal()
     def sin(self) -> "Tensor": return self._unary(Ops.SIN)
-    def cos(self) -> "Tensor": return ((math.pi / 2) - self._float()).sin()
-    def tan(self) -> "Tensor": return self.sin() / self.cos()
+    def cos(self) -> "Tensor":
+        """cos x from exact SIN calls (see ``_sin_cos``): accurate to a few ulp for every finite x."""
+        x = self._widened()
+        return x._sin_cos()[1].cast(x._narrow_dtype(self))
+    def tan(self) -> "Tensor":
+        x = self._widened()
+        sin, cos = x._sin_cos()
+        return (sin / cos).cast(x._narrow_dtype(self))
+    def _sin_cos(self) -> tuple["Tensor", "Tensor"]:
+        """(sin x, cos x) for a float x using only SIN, whose range reduction is exact. cos x =
+        sin(pi/2 - x) would round pi/2 - x first (an error of half an ulp of x: wrong beyond ~1e4 in
+        float32), so cos uses SIN of x/2, x and 2x, which are exact: where |cos x| > 0.7 it is
+        1 - 2 sin(x/2)**2 (no cancellation), elsewhere sin(2x) / (2 sin x), whose parts are accurate
+        relative to their size even next to the zeros of cos. Only where 2x overflows (the top binade)
+        cos falls back to the first form, with an absolute error of about one ulp of 1."""
+        sin = self.sin()
+        fits = self.abs() < 2.0 ** (127 if self.dtype == dtypes.float32 else 1023)   # 2x is finite
+        use_ratio = (sin.abs() > 0.7) & fits
+        # the unused side gets harmless inputs, so no inf/nan reaches the gradient through where
+        double_angle = (2 * fits.where(self, 0)).sin()
+        ratio = double_angle / (2 * use_ratio.where(sin, 1))
+        half = (self * 0.5).sin()
+        return sin, use_ratio.where(ratio, 1 - 2 * half * half)
+    def _widened(self) -> "Tensor":
+        """self as a float tensor to compute math in: float16 and bfloat16 widen to float32 (one
+        rounding at the end instead of one per step, like torch)."""
+        x = self._float()
+        return x.cast(dtypes.float32) if x.dtype in (dtypes.float16, dtypes.bfloat16) else x
+    def _narrow_dtype(self, original: "Tensor") -> DType:
+        """The dtype a result computed on ``original._widened()`` (self) is returned in."""
+        return original._float().dtype
+    def _signbit(self) -> "Tensor":
+        """True where the sign bit is set (-0.0 and NaNs with the sign bit included)."""
+        int_dtype = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[self.dtype.itemsize]
+        return self.detach().bitcast(int_dtype) < 0
+    def _odd_series(self, coefficients: tuple[float, ...]) -> "Tensor":
+        """x + x * z * P(z), z = x*x, P's coefficients lowest order first: the form of an odd function
+        near 0, exact to first order (tiny x gives x, -0.0 gives -0.0)."""
+        z = self * self
+        # +-0 is returned as is: -0 + (+0) would be +0 when P(0) < 0 (the derivative at 0 is 1 either way)
+        return (self == 0).where(self, self + self * z * _horner(z, coefficients))
     def reciprocal(self) -> "Tensor":
         """1/x (ints become floats)."""
         return self._unary(Ops.RECIPROCAL)
@@ -1009,24 +1086,67 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return positive.where(1 / (1 + e_pos), e_neg / (1 + e_neg))
     def logsigmoid(self) -> "Tensor": return -(-self).softplus()
     def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> "Tensor": return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
-    def tanh(self) -> "Tensor": return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
-    def sinh(self) -> "Tensor": return (self.exp() - self.neg().exp()) / 2
-    def cosh(self) -> "Tensor": return (self.exp() + self.neg().exp()) / 2
+    def tanh(self) -> "Tensor":
+        """tanh: an odd series for |x| < 0.625 (relative accuracy down to tiny x, -0 stays -0),
+        (1 - e)/(1 + e) with e = e**-2|x| <= 0.29 (no cancellation) above."""
+        x = self._widened()
+        negative, magnitude = x._signbit(), x.abs()
+        small = magnitude < 0.625
+        series = small.where(x, 0)._odd_series(_TANH_SERIES)   # the unused side gets 0: no inf in the gradient
+        e = (magnitude * -2).exp()
+        large = (1 - e) / (1 + e)
+        return small.where(series, negative.where(-large, large)).cast(x._narrow_dtype(self))
+    def sinh(self) -> "Tensor":
+        """sinh: an odd series for |x| < 1, else h*(h - h**-3)/2 with h = e**(|x|/2) (no overflow
+        before sinh itself overflows, and no rounded |x| - ln 2)."""
+        x = self._widened()
+        negative, magnitude = x._signbit(), x.abs()
+        small = magnitude < 1
+        series = small.where(x, 0)._odd_series(_SINH_SERIES)
+        h = (small.where(1, magnitude) * 0.5).exp()
+        large = (h * 0.5) * (h - 1 / (h * h * h))
+        return small.where(series, negative.where(-large, large)).cast(x._narrow_dtype(self))
+    def cosh(self) -> "Tensor":
+        """cosh = h*(h + h**-3)/2 with h = e**(|x|/2): finite wherever cosh is."""
+        x = self._widened()
+        h = (x.abs() * 0.5).exp()
+        return ((h * 0.5) * (h + 1 / (h * h * h))).cast(x._narrow_dtype(self))
     def atanh(self) -> "Tensor": return ((1 + self) / (1 - self)).log() / 2
     def asinh(self) -> "Tensor": return (self + (self.square() + 1).sqrt()).log()
     def acosh(self) -> "Tensor": return (self + (self.square() - 1).sqrt()).log()
+    def _asin_parts(self) -> tuple["Tensor", "Tensor", "Tensor"]:
+        """(signbit, |x| <= 1/2, p) with p = asin(|x|) for |x| <= 1/2, else p = asin(w) with
+        w = sqrt((1 - |x|)/2) (exact argument: 1 - |x| is exact there), asin|x| = pi/2 - 2p."""
+        negative = self._signbit()
+        magnitude = negative.where(-self, self)       # derivative 1 at +-0, so asin'(0) = 1
+        small = magnitude <= 0.5
+        w = small.where(magnitude, (small.where(0.5, 1 - magnitude) * 0.5).sqrt())   # sqrt of a safe value
+        return negative, small, w._odd_series(_ASIN_SERIES)
     def asin(self) -> "Tensor":
-        """arcsin via a polynomial in sqrt(1-|x|) (Abramowitz & Stegun 4.4.46), accurate to ~2e-8."""
-        x = self._float()
-        coefficients = [-0.0012624911, 0.0066700901, -0.0170881256, 0.0308918810, -0.0501743046, 0.0889789874, -0.2145988016, 1.5707963050]
-        negative = x < 0
-        a = negative.where(-x, x)    # |x| whose derivative at 0 is 1, so asin'(0) = 1
-        poly = a * 0 + coefficients[0]
-        for c in coefficients[1:]: poly = poly * a + c
-        result = (math.pi / 2) - (1 - a).sqrt() * poly
-        return negative.where(-result, result)
-    def acos(self) -> "Tensor": return (math.pi / 2) - self.asin()
-    def atan(self) -> "Tensor": return (self / (1 + self * self).sqrt()).asin()
+        """arcsin (nan outside [-1, 1]); -0 stays -0."""
+        x = self._widened()
+        negative, small, p = x._asin_parts()
+        result = small.where(p, (math.pi / 2) - 2 * p)
+        return negative.where(-result, result).cast(x._narrow_dtype(self))
+    def acos(self) -> "Tensor":
+        """arccos, without the cancellation of pi/2 - asin x next to |x| = 1."""
+        x = self._widened()
+        negative, small, p = x._asin_parts()
+        result = small.where((math.pi / 2) - negative.where(-p, p), negative.where(math.pi - 2 * p, 2 * p))
+        return result.cast(x._narrow_dtype(self))
+    def atan(self) -> "Tensor":
+        """arctan: |x| > 1 maps to 1/|x| (atan = pi/2 - atan(1/|x|), so +-inf gives +-pi/2), above
+        tan(pi/8) to (t-1)/(t+1) (+ pi/4), then an odd series; -0 stays -0."""
+        x = self._widened()
+        negative = x._signbit()
+        magnitude = negative.where(-x, x)
+        big = magnitude > 1
+        t = big.where(1 / big.where(magnitude, 1), magnitude)
+        middle = t > 0.41421356237309503
+        u = middle.where((t - 1) / (t + 1), t)
+        result = middle.where(math.pi / 4, 0) + u._odd_series(_ATAN_SERIES)
+        result = big.where((math.pi / 2) - result, result)
+        return negative.where(-result, result).cast(x._narrow_dtype(self))
     def _negative_part(self) -> "Tensor":
         """x where x <= 0, else 0: feeds exp() in elu-style ops so the unused side can't overflow."""
         return (self > 0).where(0, self)
@@ -1045,22 +1165,40 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     def hardswish(self) -> "Tensor": return self * (self + 3).relu6() * (1 / 6)
     def hardtanh(self, min_val: float = -1, max_val: float = 1) -> "Tensor": return self.clip(min_val, max_val)
     def erf(self) -> "Tensor":
-        """Error function (Abramowitz & Stegun 7.1.26, max error 1.5e-7)."""
-        negative = self < 0
-        a = negative.where(-self, self)   # |x| whose derivative at 0 is 1, so erf'(0) = 2/sqrt(pi)
-        t = 1.0 / (1.0 + 0.3275911 * a)
-        poly = ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t
-        result = 1.0 - poly * (-self.square()).exp()
-        return negative.where(-result, result)
-    def gelu(self) -> "Tensor": return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).tanh())
+        """Error function: x*E(x*x) for |x| < 1 (relative accuracy near 0, -0 stays -0), else
+        1 - e**(-x*x) * erfcx(|x|) with erfcx by a polynomial in |x| - 1.5 on [1, 2] and in 1/|x| on
+        [2, 6] (erf is 1 in float64 beyond 6)."""
+        x = self._widened()
+        negative, magnitude = x._signbit(), x.abs()
+        small, middle = magnitude < 1, magnitude < 2
+        xs = small.where(x, 0)
+        series = xs * _horner(xs * xs, _ERF_SERIES)
+        clipped = magnitude.minimum(6.0)
+        inverse = 1 / middle.where(2, clipped)
+        erfcx = middle.where(_horner(clipped - 1.5, _ERFCX_NEAR), inverse * _horner(inverse, _ERFCX_FAR))
+        large = 1 - (-(clipped * clipped)).exp() * erfcx
+        return small.where(series, negative.where(-large, large)).cast(x._narrow_dtype(self))
+    def gelu(self, approximate: str = "tanh") -> "Tensor":
+        """GELU. ``approximate="tanh"`` (tinygrad's default) is the tanh formula; ``"none"`` is the exact
+        ``x * Phi(x)`` through erf."""
+        if approximate == "tanh": return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).tanh())
+        if approximate == "none": return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
+        raise ValueError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
     def quick_gelu(self) -> "Tensor": return self * (self * 1.702).sigmoid()
     def leaky_relu(self, neg_slope: float = 0.01) -> "Tensor": return (self < 0).where(neg_slope * self, self)
     def leakyrelu(self, neg_slope: float = 0.01) -> "Tensor": return self.leaky_relu(neg_slope)
     def mish(self) -> "Tensor": return self * self.softplus().tanh()
     def softplus(self, beta: float = 1.0) -> "Tensor":
-        """log(1 + e**(beta x)) / beta, stable for large x."""
+        """log(1 + e**(beta x)) / beta: max(bx, 0) + log1p(e**-|bx|), so large x gives x and very
+        negative x gives e**(bx) (not 0)."""
         bx = self * beta
-        return (bx.maximum(0) + (-bx.abs()).exp().add(1).log()) * (1 / beta)
+        return (bx.maximum(0) + (-bx.abs()).exp()._log1p()) * (1 / beta)
+    def _log1p(self) -> "Tensor":
+        """log(1 + x) for x >= 0, accurate for tiny x: log(u) * x / (u - 1) with u = 1 + x rounded
+        corrects the rounding of u (Goldberg); x itself where u rounds to 1."""
+        u = self + 1
+        exact = u == 1
+        return exact.where(self, u.log() * self / exact.where(1, u - 1))
     def softsign(self) -> "Tensor": return self / (1 + self.abs())
 
     # ---------------------------------------------------------------- binary math
@@ -1108,20 +1246,23 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     def pow(self, x: Any, reverse: bool = False) -> "Tensor":
         """x ** y. Small integer exponents multiply; otherwise exp2(y * log2|x|) with the sign fixed."""
         if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool):
-            if x == 0: return self * 0 + 1 if dtypes.is_float(self.dtype) else self._const(1)
+            if x == 0: return self.isfinite().where(self * 0, 0) + 1 if dtypes.is_float(self.dtype) else self._const(1)   # 1 for nan/inf too
             if x in (1, 2, 3): return functools.reduce(lambda a, _: a * self, range(int(x) - 1), self)
-            if x == 0.5: return self.sqrt()
+            if x == 0.5: return (self == -math.inf).where(math.inf, (self == 0).where(0.0, self.sqrt()))   # pow(-inf, .5) = inf, pow(-0, .5) = +0
             if x == -1: return self.reciprocal()
             if x < 0 and x == int(x) and dtypes.is_float(self.dtype): return self.pow(-x).reciprocal()
         base, exponent = self._broadcasted(x, reverse)
         if dtypes.is_int(base.dtype) and dtypes.is_int(exponent.dtype): return base._int_pow(exponent)
         base, exponent = base._float(), exponent.cast(least_upper_float(base.dtype))
         magnitude = (exponent * base.abs().log2()).exp2()
-        is_odd_int = (exponent.trunc() == exponent) & (exponent.abs().mod(2) == 1)
-        negative_base = base < 0
-        result = (negative_base & is_odd_int).where(-magnitude, magnitude)
-        result = (negative_base & (exponent.trunc() != exponent)).where(math.nan, result)
-        return (exponent == 0).where(1.0, result)
+        is_int = exponent.trunc() == exponent            # true for +-inf too
+        is_odd_int = is_int & (exponent.abs().mod(2) == 1)
+        # IEEE 754 / C99 pow: an odd integer power keeps the sign of the base (-0 included); a finite
+        # negative base with a finite non-integer exponent is nan; x**0, 1**y and (-1)**+-inf are 1
+        result = (base._signbit() & is_odd_int).where(-magnitude, magnitude)
+        result = ((base < 0) & (base > -math.inf) & is_int.logical_not() & exponent.isfinite()).where(math.nan, result)
+        one = (exponent == 0) | (base == 1) | ((base == -1) & exponent.isinf())
+        return one.where(1.0, result)
     def _int_pow(self, exponent: "Tensor") -> "Tensor":
         result, base, e = self._const(1), self, exponent
         for _ in range(64 if dtypes.concrete(self.dtype).itemsize == 8 else 32):
