@@ -62,6 +62,27 @@ class DType:
     @property
     def nbytes(self) -> int: raise RuntimeError("use .itemsize for a DType")
 
+    # tinygrad 0.14's DType API: bounds and bit width as properties, ``const`` and ``new``
+    @property
+    def bitsize(self) -> int:
+        """Bits per element: ``dtypes.half.bitsize == 16``; a bool is 1 bit (stored in a byte)."""
+        return 1 if self == dtypes.bool else 8 * self.itemsize
+    @property
+    def min(self) -> ConstType:
+        """Smallest value: ``dtypes.int8.min == -128``, ``-inf`` for floats, False for bool."""
+        return dtypes.min(self)
+    @property
+    def max(self) -> ConstType:
+        """Largest value: ``dtypes.uint8.max == 255``, ``inf`` for floats, True for bool."""
+        return dtypes.max(self)
+    def const(self, value: Any) -> ConstType:
+        """``value`` as a constant of this dtype holds it (ints wrap like C, floats become float)."""
+        return dtypes.as_const(value, self)
+    @staticmethod
+    def new(priority: int, bitsize: int, name: str, fmt: str | None) -> "DType":
+        """A scalar dtype from its bit width (tinygrad's constructor; ``DType(...)`` takes bytes)."""
+        return DType(priority, (bitsize + 7) // 8, name, fmt)
+
 @dataclass(frozen=True, eq=False)
 class PtrDType(DType):
     """A pointer to a buffer of ``_base`` in global (or local, shared) memory with ``size`` elements."""
@@ -119,6 +140,14 @@ class dtypes:
     uints: Final = (uint8, uint16, uint32, uint64)
     sints: Final = (int8, int16, int32, int64)
     ints: Final = uints + sints
+    # tinygrad's groupings, for code that iterates over them
+    fp8_ocp: Final = (fp8e4m3, fp8e5m2)
+    fp8_fnuz: Final = (fp8e4m3fnuz, fp8e5m2fnuz)
+    int8s: Final = (uint8, int8)
+    int16s: Final = (uint16, int16)
+    int32s: Final = (uint32, int32)
+    int64s: Final = (uint64, int64)
+    weaks: Final = (weakint, weakfloat)
     all: Final = (bool,) + ints + floats
 
     @staticmethod
@@ -211,31 +240,57 @@ def to_dtype(x: "DType | str") -> DType:
     raise TypeError(f"unknown dtype {x!r}")
 
 # ---------------------------------------------------------------- promotion lattice
-# Each dtype lists the dtypes directly above it. The least upper bound is the lowest (by priority)
-# dtype reachable from all inputs.
-PROMO_LATTICE: dict[DType, list[DType]] = {
-    dtypes.bool: [dtypes.int8, dtypes.uint8],
-    dtypes.int8: [dtypes.int16], dtypes.int16: [dtypes.int32], dtypes.int32: [dtypes.int64],
-    dtypes.int64: [dtypes.fp8e4m3, dtypes.fp8e5m2],
-    dtypes.uint8: [dtypes.int16, dtypes.uint16], dtypes.uint16: [dtypes.int32, dtypes.uint32],
-    dtypes.uint32: [dtypes.int64, dtypes.uint64], dtypes.uint64: [dtypes.fp8e4m3, dtypes.fp8e5m2],
-    dtypes.fp8e4m3: [dtypes.float16, dtypes.bfloat16], dtypes.fp8e5m2: [dtypes.float16, dtypes.bfloat16],
-    dtypes.fp8e4m3fnuz: [dtypes.float16, dtypes.bfloat16], dtypes.fp8e5m2fnuz: [dtypes.float16, dtypes.bfloat16],
-    dtypes.float16: [dtypes.float32], dtypes.bfloat16: [dtypes.float32], dtypes.float32: [dtypes.float64],
+# Each dtype lists the dtypes directly above it (tinygrad 0.14's lattice, after JAX's). No integer
+# type holds both int64 and uint64, so the two meet at the *weak* float: the result is the default
+# float (or the other operand's float type), never an fp8 type that nobody asked for. Weak dtypes
+# sit in the lattice where a Python literal would: bool < weakint < every int, every int <
+# weakfloat < every float.
+PROMO_LATTICE: dict[DType, tuple[DType, ...]] = {
+    dtypes.bool: (dtypes.weakint,), dtypes.weakint: (dtypes.int8, dtypes.uint8),
+    dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,), dtypes.int32: (dtypes.int64,),
+    dtypes.int64: (dtypes.weakfloat,),
+    dtypes.uint8: (dtypes.int16, dtypes.uint16), dtypes.uint16: (dtypes.int32, dtypes.uint32),
+    dtypes.uint32: (dtypes.int64, dtypes.uint64), dtypes.uint64: (dtypes.weakfloat,),
+    dtypes.weakfloat: dtypes.fp8s,
+    dtypes.fp8e4m3: (dtypes.float16, dtypes.bfloat16), dtypes.fp8e5m2: (dtypes.float16, dtypes.bfloat16),
+    dtypes.fp8e4m3fnuz: (dtypes.float16, dtypes.bfloat16), dtypes.fp8e5m2fnuz: (dtypes.float16, dtypes.bfloat16),
+    dtypes.float16: (dtypes.float32,), dtypes.bfloat16: (dtypes.float32,), dtypes.float32: (dtypes.float64,),
+    dtypes.float64: (),
 }
+# Where several common upper bounds are not ordered (fp8e4m3 and fp8e5m2 meet at float16 and
+# bfloat16) the first in this order wins, as in tinygrad (float16 before bfloat16). The order is
+# explicit because the weak dtypes' priorities don't say where they sit in the lattice.
+_PROMOTION_ORDER: tuple[DType, ...] = (
+    dtypes.bool, dtypes.weakint, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
+    dtypes.int64, dtypes.uint64, dtypes.weakfloat, dtypes.fp8e4m3, dtypes.fp8e4m3fnuz, dtypes.fp8e5m2, dtypes.fp8e5m2fnuz,
+    dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+_PROMOTION_RANK: dict[DType, int] = {d: i for i, d in enumerate(_PROMOTION_ORDER)}
 
 @functools.cache
 def _get_recursive_parents(dtype: DType) -> frozenset[DType]:
-    if dtype == dtypes.float64: return frozenset({dtypes.float64})
+    """``dtype`` and every dtype above it in the lattice."""
+    if dtype not in PROMO_LATTICE: raise TypeError(f"{dtype} takes no part in type promotion")
     return frozenset({dtype}).union(*(_get_recursive_parents(d) for d in PROMO_LATTICE[dtype]))
 
+@functools.cache
+def _lattice_join(*ds: DType) -> DType:
+    """The lowest dtype above all of ``ds`` in the lattice."""
+    common = frozenset.intersection(*(_get_recursive_parents(d.scalar()) for d in ds))
+    return min(common, key=_PROMOTION_RANK.__getitem__)
+
 def least_upper_dtype(*ds: DType) -> DType:
-    """The dtype that every input promotes to. Weak (literal) dtypes adopt the strong dtype:
-    an int literal keeps any dtype, a float literal turns non-float results into default_float."""
+    """The dtype that every input promotes to.
+
+    Strong dtypes meet in the lattice above (``int8`` and ``uint64`` give ``weakfloat``, which
+    becomes the default float when stored). Weak (literal) dtypes adopt the strong dtype: an int
+    literal keeps any dtype but bool, a float literal turns non-float results into the default
+    float. Unlike tinygrad, meeting a literal never makes a strong dtype weak: ``int8 + 1.5`` is
+    ``default_float`` here, ``weakfloat`` (stored as default_float) there."""
+    if not ds: raise TypeError("least_upper_dtype needs at least one dtype")
     strong = [d for d in ds if not dtypes.is_weak(d)]
     has_weak_float = any(d == dtypes.weakfloat for d in ds)
     if not strong: return dtypes.weakfloat if has_weak_float else dtypes.weakint
-    result = min(set.intersection(*[set(_get_recursive_parents(d)) for d in strong]))
+    result = _lattice_join(*strong)
     if has_weak_float and not dtypes.is_float(result): return dtypes.default_float
     if any(d == dtypes.weakint for d in ds) and result == dtypes.bool: return dtypes.default_int
     return result

@@ -453,12 +453,23 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """``Tensor.arange(5).tolist() == [0, 1, 2, 3, 4]``; float and negative steps work."""
         if stop is None: start, stop = 0, start
         if step == 0: raise ValueError("arange step must not be zero")
-        dtype = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else \
-            dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.default_int
-        count = max(0, math.ceil((stop - start) / step))
+        has_float = any(isinstance(x, float) for x in (start, stop, step))
+        # the values the range can reach lie in [low, high] (stop itself is excluded)
+        low, high = (start, stop - step) if step > 0 else (stop - step, start)
+        if "dtype" in kwargs: dtype = to_dtype(kwargs.pop("dtype"))
+        elif has_float: dtype = dtypes.default_float
+        else:   # as tinygrad: an int range that default_int can't hold is int64
+            dtype = dtypes.default_int
+            if low < dtypes.min(dtype) or high > dtypes.max(dtype): dtype = dtypes.int64
+        if dtypes.is_int(dtype) and (low < dtypes.min(dtype) or high > dtypes.max(dtype)):
+            raise OverflowError(f"arange [{start}, {stop}) step {step} doesn't fit in {dtype}")
+        # ceil((stop - start) / step), exactly for ints (a float quotient rounds past 2**53)
+        count = max(0, math.ceil((stop - start) / step) if has_float else -((start - stop) // step))
         device = _canonical_device(kwargs.pop("device", None))
         if count == 0: return Tensor(UOp.const(dtype, 0, device, (0,)), **kwargs)
-        index = UOp(Ops.ARANGE, dtypes.int32, (UOp(Ops.DEVICE, arg=device),), count)
+        # the element number itself: int32 while it fits, so indexing math stays 32-bit
+        index_dtype = dtypes.int32 if count - 1 <= dtypes.max(dtypes.int32) else dtypes.int64
+        index = UOp(Ops.ARANGE, index_dtype, (UOp(Ops.DEVICE, arg=device),), count)
         values = Tensor(index).cast(dtype) * Tensor(UOp.const(dtype, step, device, ())) + Tensor(UOp.const(dtype, start, device, ()))
         return Tensor(values.uop, **kwargs)
     @staticmethod
@@ -946,13 +957,16 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if keepdim: return self
         return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
     def argmax(self, axis: int | None = None, keepdim: bool = False) -> "Tensor":
-        """Index of the first largest value (int32)."""
+        """Index of the first largest value (int32). NaN counts as the largest, as in PyTorch: a
+        row with a NaN gives the index of its first NaN (the max of that row is NaN too)."""
         if axis is None: return self.flatten().argmax(0)
         axis = self._resolve_dim(axis) if self.ndim else 0
         if self.ndim == 0: return Tensor(UOp.const(dtypes.int32, 0, self.device, ()))
         n = self.shape[axis]
         if n == 0: raise RuntimeError("argmax of an empty dimension")
         is_max = self == self.max(axis, keepdim=True)
+        # NaN == NaN is false: without this a row with a NaN matches nothing and gives n
+        if dtypes.is_float(self.dtype): is_max = is_max | (self != self)
         shape = [1] * self.ndim
         shape[axis] = n
         countdown = Tensor.arange(n, 0, -1, device=self.device, dtype=dtypes.int32).reshape(shape)

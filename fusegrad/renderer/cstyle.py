@@ -69,17 +69,29 @@ class CStyleLanguage(Renderer):
         if op in infix: return f"({s[0]}{infix[op]}{s[1]})"
         if op in (Ops.IDIV, Ops.MOD):
             if dtypes.is_float(src_dtype): return self.math_function("fmod", dtype, f"{s[0]}, {s[1]}")
-            symbol = "/" if op is Ops.IDIV else "%"
-            divisor = u.src[1]
-            if divisor.op is Ops.CONST and divisor.arg not in (0, -1): return f"({s[0]}{symbol}{s[1]})"
-            # integer division by zero is undefined in C: define it as 0, like the PYTHON device
-            return f"({s[1]}==0?0:({s[0]}{symbol}{s[1]}))"
+            return self.render_int_division(u, s[0], s[1])
         if op is Ops.MAX:
             if dtypes.is_float(dtype): return f"((({s[0]}>{s[1]})|({s[0]}!={s[0]}))?{s[0]}:{s[1]})"
             return f"(({s[0]}>{s[1]})?{s[0]}:{s[1]})"
         if op is Ops.WHERE: return f"({s[0]}?{s[1]}:{s[2]})"
         if op is Ops.MULACC: return f"(({s[0]}*{s[1]})+{s[2]})"
         raise NotImplementedError(f"{type(self).__name__} can't render {op}")
+
+    def render_int_division(self, u: UOp, a: str, b: str) -> str:
+        """Integer ``a / b`` or ``a % b`` that can't trap. C leaves ``x / 0`` and ``MIN / -1``
+        undefined and x86 raises SIGFPE for both, which would kill the process. fusegrad defines
+        them as numpy does: ``x / 0 == x % 0 == 0``, ``MIN / -1 == MIN`` (two's complement wrap) and
+        ``MIN % -1 == 0`` (same as exec_alu and the PYTHON device). Both cases divide by 1 instead
+        (a select, so no branch), which already gives MIN for MIN / -1 and 0 for every ``% 1``; the
+        quotient by zero is then masked to 0. A constant divisor other than 0 and -1 needs no guard,
+        so division by constants stays plain (and vectorizes)."""
+        divisor, dtype, symbol = u.src[1], u.src[0].dtype, "/" if u.op is Ops.IDIV else "%"
+        if divisor.op is Ops.CONST and divisor.arg not in (0, -1): return f"({a}{symbol}{b})"
+        trap = f"({b}==0)"
+        if not dtypes.is_unsigned(dtype):
+            trap = f"({trap}|(({b}==-1)&({a}=={self.render_const(dtypes.min(dtype), dtype)})))"
+        result = f"({a}{symbol}({trap}?1:{b}))"
+        return f"({result}&-({b}!=0))" if u.op is Ops.IDIV else result
 
     # ---------------------------------------------------------------- vectors (gcc vector extensions)
     # A vector of V 32-bit lanes is ``float8``-style typedef; bool vectors are the masks (0 / -1 per
@@ -169,6 +181,7 @@ class CStyleLanguage(Renderer):
             for i, s in enumerate(u.src):
                 # operands that the rendered expression repeats count once per repetition
                 if u.dtype.count > 1 and u.op in (Ops.WHERE, Ops.MAX): uses[s] += (2 if u.op is Ops.WHERE else 3) if i == 0 else 2 if u.op is Ops.MAX else 1
+                elif u.op in (Ops.IDIV, Ops.MOD) and not dtypes.is_float(s.dtype): uses[s] += 2   # the trap guard repeats them
                 else: uses[s] += 2 if u.op is Ops.MAX else 1
         expr: dict[UOp, str] = {}
         params: list[str] = []             # variables, in list order, after the buffers

@@ -2,7 +2,8 @@
 
 Constant folding uses these, and the tests compare every backend against them. Integer ops wrap
 like C (``dtypes.as_const`` truncates to the dtype's width); IDIV truncates toward zero and MOD
-takes the dividend's sign, as C does.
+takes the dividend's sign, as C does. Where C traps, the result is numpy's: ``MIN // -1`` wraps
+to MIN, ``MIN % -1`` is 0, and division or remainder by zero is 0 (the C renderer guards both).
 
 >>> exec_alu(Ops.IDIV, dtypes.int32, (-7, 2))
 -3
