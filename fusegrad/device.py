@@ -209,6 +209,10 @@ class Compiled:
     def synchronize(self) -> None: pass
     @property
     def dname(self) -> str: return self.device
+    def __reduce__(self):   # a device pickles as its name: unpickling opens that device in the new process
+        return _open_device, (self.device,)
+
+def _open_device(name: str) -> "Compiled": return Device[name]
 
 # ---------------------------------------------------------------- the disk cache (sqlite, safe across processes)
 

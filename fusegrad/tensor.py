@@ -197,6 +197,18 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return f"<Tensor {self.uop.op.name} on {self.device} with grad {self.grad.uop.op.name if self.grad is not None else None}" \
                f" shape {self.shape} dtype {self.dtype}>"
     def __hash__(self) -> int: return id(self)
+    def __reduce__(self) -> tuple:
+        """Tensors pickle by value: the data (realized now), dtype, device and requires_grad; a
+        sharded tensor keeps its devices and axis. The graph that computed it is not kept.
+
+        >>> import pickle; pickle.loads(pickle.dumps(Tensor([1, 2]) + 1)).tolist()
+        [2, 3]
+        """
+        device = self.device
+        if isinstance(device, str) and device.startswith("DISK:"): device = Device.DEFAULT   # the file isn't part of the value
+        axis = self.uop.axis
+        values = self.detach().numpy() if self.dtype.fmt is not None else self.detach().bitcast(_storage_dtype(self.dtype)).numpy()
+        return _tensor_from_pickle, (values, self.dtype, device, axis, self.requires_grad)
     def __bool__(self) -> bool:
         if self.numel() != 1: raise RuntimeError(f"the truth value of a tensor with {self.numel()} elements is ambiguous")
         return bool(self.item())
@@ -1416,6 +1428,21 @@ def _canonical_device(device: str | tuple | list | None) -> str | tuple[str, ...
 
 def _is_plain(u: UOp) -> bool:
     return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
+
+def _storage_dtype(dtype: DType) -> DType:
+    """The unsigned int with ``dtype``'s bits, for types numpy can't hold (bfloat16, fp8)."""
+    return {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[dtype.itemsize]
+
+def _tensor_from_pickle(values: Any, dtype: DType, device: str | tuple, axis: int | None, requires_grad: bool | None) -> Tensor:
+    """Rebuild a tensor pickled by ``Tensor.__reduce__``."""
+    stored_dtype = dtype if dtype.fmt is not None else _storage_dtype(dtype)
+    single = device[0] if isinstance(device, tuple) else device
+    t = Tensor(values, dtype=stored_dtype, device=single)
+    if stored_dtype != dtype: t = t.bitcast(dtype)
+    if isinstance(device, tuple): t = t.shard(device, axis)
+    t = t.realize()
+    t.requires_grad = requires_grad
+    return t
 
 def _rotl32(x: Tensor, r: int) -> Tensor:
     return (x << r) | (x >> (32 - r))

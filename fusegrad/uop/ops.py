@@ -157,6 +157,13 @@ class UOp(metaclass=UOpMetaClass):
             if (d := s.device) is not None: return d
         return None
     @property
+    def axis(self) -> int | None:
+        """For a tensor on a device tuple, the axis its shards split (None: replicated on every device),
+        as tinygrad's ``t.uop.axis``; None for a single-device tensor."""
+        if not isinstance(self.device, tuple): return None
+        from fusegrad.schedule.multi import multi_axis   # the multi-device rules own the answer
+        return multi_axis(self)
+    @property
     def base(self) -> "UOp":
         """The UOp under a stack of movement ops."""
         node = self
