@@ -8,8 +8,10 @@ from fusegrad.tensor import Tensor
 from fusegrad.dtype import dtypes
 from fusegrad.device import Device
 from fusegrad.uop.ops import UOp, Variable
-from fusegrad.helpers import GlobalCounters, Context, getenv
+from fusegrad.helpers import GlobalCounters, Context, getenv, fetch
 from fusegrad import nn  # noqa: F401
+# like tinygrad, the name `function` is the decorator (it shadows its module fusegrad.function)
+from fusegrad.function import function  # noqa: E402
 
 def __getattr__(name: str):
     if name == "TinyJit":
@@ -17,4 +19,4 @@ def __getattr__(name: str):
         return TinyJit
     raise AttributeError(f"module 'fusegrad' has no attribute {name!r}")
 
-__all__ = ["Tensor", "dtypes", "Device", "UOp", "Variable", "GlobalCounters", "Context", "getenv", "nn", "TinyJit"]
+__all__ = ["Tensor", "dtypes", "Device", "UOp", "Variable", "GlobalCounters", "Context", "getenv", "nn", "TinyJit", "fetch", "function"]

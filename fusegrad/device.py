@@ -12,7 +12,7 @@ import ctypes, functools, importlib, os, pathlib, sqlite3, threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from fusegrad.dtype import DType, dtypes, ImageDType
-from fusegrad.helpers import DEBUG, GlobalCounters, getenv, cache_dir, content_hash, CACHELEVEL
+from fusegrad.helpers import DEBUG, GlobalCounters, getenv, cache_dir, content_hash, CACHELEVEL, LRU
 
 # ---------------------------------------------------------------- registry
 
@@ -71,7 +71,7 @@ class Allocator:
             self.free_cache()
             return self._alloc(size, options)
     def free(self, opaque: Any, size: int, options: Any = None) -> None:
-        if getenv("LRU", 1) and not (options is not None and getattr(options, "nolru", False)):
+        if LRU and not (options is not None and getattr(options, "nolru", False)):
             self.cache.setdefault((size, options), []).append(opaque)
         else: self._free(opaque, options)
     def free_cache(self) -> None:
@@ -142,6 +142,7 @@ class Buffer:
             self._buf = opaque if opaque is not None else self.allocator.alloc(max(self.nbytes, 1), self.options)
             if opaque is None:
                 GlobalCounters.mem_used += self.nbytes
+                GlobalCounters.mem_used_per_device[self.device] += self.nbytes
                 GlobalCounters.mem_high_water = max(GlobalCounters.mem_high_water, GlobalCounters.mem_used)
             self._owns = opaque is None
         return self
@@ -149,6 +150,7 @@ class Buffer:
         if not self.is_allocated(): return
         if self._base is None and getattr(self, "_owns", False):
             GlobalCounters.mem_used -= self.nbytes
+            GlobalCounters.mem_used_per_device[self.device] -= self.nbytes
             self.allocator.free(self._buf, max(self.nbytes, 1), self.options)
         del self._buf
     def __del__(self) -> None:
@@ -218,41 +220,90 @@ def _open_device(name: str) -> "Compiled": return Device[name]
 
 _db_lock = threading.Lock()
 _db_connection: sqlite3.Connection | None = None
+_db_broken = False   # the cache database is unreadable: this process runs without it (warned once)
+
+def _db_path() -> str: return getenv("CACHEDB", str(cache_dir() / "cache.db"))
 
 def _db() -> sqlite3.Connection:
     global _db_connection
     if _db_connection is None:
-        path = getenv("CACHEDB", str(cache_dir() / "cache.db"))
-        _db_connection = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+        _db_connection = sqlite3.connect(_db_path(), timeout=60, isolation_level=None, check_same_thread=False)
         try: _db_connection.execute("PRAGMA journal_mode=WAL")
         except sqlite3.OperationalError: pass
     return _db_connection
 
-CACHE_VERSION = 1
+def _db_unusable(error: sqlite3.DatabaseError) -> None:
+    """A damaged database file (garbage, truncated): caching is off for this process and everything is recomputed.
+    The file is left alone (CACHEDB may name any file); deleting it starts a fresh cache."""
+    global _db_broken
+    if not _db_broken:
+        import warnings
+        warnings.warn(f"the fusegrad cache database {_db_path()} is unreadable ({error}); running without it "
+                      f"(results are recomputed). Delete the file to start a fresh cache.", RuntimeWarning, stacklevel=3)
+    _db_broken = True
+
+# Values are plain data: bytes (stored as a BLOB) or JSON (str, int, float, bool, None, lists, str-keyed dicts;
+# tuples come back as lists), stored as text. Nothing read from the database is unpickled or evaluated, so a
+# planted entry can't run code; each row also holds the SHA-256 of what was stored, and a row that doesn't match
+# it (a damaged or edited entry) is a cache miss, with a warning.
+CACHE_VERSION = 2
+
+def _stored_form(value: Any) -> tuple[bytes | str, str]:
+    import hashlib, json
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        blob = bytes(value)
+        return blob, hashlib.sha256(blob).hexdigest()
+    try: text = json.dumps(value, allow_nan=True, separators=(",", ":"))
+    except TypeError as e: raise TypeError(f"the disk cache stores bytes or plain JSON data, not {type(value).__name__}: {e}") from None
+    return text, hashlib.sha256(text.encode()).hexdigest()
+
+def _stored_value(table: str, key: str, stored: Any, checksum: Any) -> Any:
+    import hashlib, json, warnings
+    raw = stored if isinstance(stored, bytes) else stored.encode() if isinstance(stored, str) else None
+    if raw is None or hashlib.sha256(raw).hexdigest() != checksum:
+        warnings.warn(f"fusegrad cache: entry {key[:16]}... of {table} is damaged (its checksum doesn't match); recomputing it",
+                      RuntimeWarning, stacklevel=4)
+        return None
+    if isinstance(stored, bytes): return stored
+    try: return json.loads(stored)
+    except ValueError:
+        warnings.warn(f"fusegrad cache: entry {key[:16]}... of {table} isn't valid JSON; recomputing it", RuntimeWarning, stacklevel=4)
+        return None
 
 def diskcache_get(table: str, key: str) -> Any:
-    """Read a value written by ``diskcache_put`` (None when missing or caching is off)."""
-    if CACHELEVEL < 1: return None
-    import pickle
+    """Read a value written by ``diskcache_put`` (None when missing, damaged, or caching is off)."""
+    if CACHELEVEL < 1 or _db_broken: return None
     with _db_lock:
-        try: row = _db().execute(f"SELECT val FROM {table}_{CACHE_VERSION} WHERE key=?", (key,)).fetchone()
-        except sqlite3.OperationalError: return None
-    return pickle.loads(row[0]) if row is not None else None
+        try: row = _db().execute(f"SELECT val, checksum FROM {table}_{CACHE_VERSION} WHERE key=?", (key,)).fetchone()
+        except sqlite3.OperationalError: return None   # no such table yet, or locked by another process: a miss
+        except sqlite3.DatabaseError as e:
+            _db_unusable(e)
+            return None
+    return _stored_value(table, key, row[0], row[1]) if row is not None else None
 
 def diskcache_put(table: str, key: str, value: Any) -> Any:
+    """Store ``value`` (bytes or plain JSON data) under ``key`` in ``table``; returns ``value``."""
     if CACHELEVEL < 1: return value
-    import pickle
+    stored, checksum = _stored_form(value)
+    if _db_broken: return value
     with _db_lock:
-        conn = _db()
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {table}_{CACHE_VERSION} (key TEXT PRIMARY KEY, val BLOB)")
-        conn.execute(f"INSERT OR REPLACE INTO {table}_{CACHE_VERSION} (key, val) VALUES (?, ?)", (key, pickle.dumps(value)))
+        try:
+            conn = _db()
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {table}_{CACHE_VERSION} (key TEXT PRIMARY KEY, val BLOB, checksum TEXT)")
+            conn.execute(f"INSERT OR REPLACE INTO {table}_{CACHE_VERSION} (key, val, checksum) VALUES (?, ?, ?)", (key, stored, checksum))
+        except sqlite3.OperationalError: pass   # locked or read-only: the value just isn't cached
+        except sqlite3.DatabaseError as e: _db_unusable(e)
     return value
 
 def diskcache_clear() -> None:
+    if _db_broken: return
     with _db_lock:
-        conn = _db()
-        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
-            conn.execute(f"DROP TABLE IF EXISTS {name}")
+        try:
+            conn = _db()
+            for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
+                conn.execute(f"DROP TABLE IF EXISTS {name}")
+        except sqlite3.DatabaseError as e:
+            if not isinstance(e, sqlite3.OperationalError): _db_unusable(e)
 
 def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
     """Whether ``device`` can hold and compute ``dtype`` (every dtype works on CPU and PYTHON)."""

@@ -134,34 +134,43 @@ def _views_existing_buffers(new: UOp, seen: dict) -> bool:
     parts = new.src if new.op is Ops.MULTI else (new,)
     return all(p.base.op is Ops.BUFFER and p.base in seen for p in parts)
 
-def record_origins(becomes: dict[UOp, UOp], graphs: list[UOp], grad_leaves: set[UOp], live: list[UOp]) -> list[UOp]:
+def record_origins(becomes: dict[UOp, UOp], graphs: list[UOp], grad_leaves: set[UOp], value_leaves: set[UOp],
+                   live: list[UOp]) -> list[UOp]:
     """Remember the graph behind the buffers in ``becomes`` (the scheduler's node -> buffer view
-    map) whose graph depends on one of ``grad_leaves`` (the uops of tensors with requires_grad=True)
-    other than through DETACH. ``graphs`` are the old graphs of the tensors the schedule changed,
-    ``live`` their new ones.
+    map) whose graph depends, other than through DETACH, on one of ``grad_leaves`` (the uops of
+    tensors with requires_grad=True) or of ``value_leaves`` (the uops of the other live float
+    tensors, which ``gradient()`` may target whatever their requires_grad). ``graphs`` are the old
+    graphs of the tensors the schedule changed, ``live`` their new ones.
 
-    An origin's sources get the same substitution the tensors got, so it reads the buffers of
-    everything realized alongside it (stored intermediates included) instead of recomputing them,
-    and differentiation continues through their origins. Only buffers that ``live`` reaches
-    (directly or through other origins) are kept: the rest are scratch space for the memory
-    planner. Returns the new origins: their buffers must not be planned as scratch."""
+    A graph that reaches a grad leaf is recorded with the same substitution the tensors got, so it
+    reads the buffers of everything realized alongside it (stored intermediates included) instead
+    of recomputing them (backward is then as cheap as PyTorch's, at PyTorch's memory cost).
+    A graph that reaches only value leaves is recorded as it was: a later ``gradient()`` recomputes
+    it, and it pins no intermediate buffers, only the buffers it reads. Differentiation continues
+    through the origins of the buffers an origin reads. Only buffers that ``live`` reaches (directly
+    or through other origins) are kept: the rest are scratch space for the memory planner.
+    Returns the new origins: their buffers must not be planned as scratch."""
     substituted: dict[UOp, UOp] = {}   # old node -> what it is now (as UOp.substitute(becomes) builds it)
     reaches: dict[UOp, bool] = {}      # old node -> does a gradient from it reach a grad leaf?
+    reaches_value: dict[UOp, bool] = {}   # old node -> ... or a value leaf, or a realized graph?
     candidates: dict[UOp, UOp] = {}    # new BUFFER -> its origin
     for graph in graphs:
         for node in graph.toposort:
             if node in substituted: continue
             srcs = tuple(substituted[s] for s in node.src)
+            differentiable = node.op is not Ops.DETACH
             reaches[node] = (node.op is Ops.BUFFER and node in _ORIGINS) or \
-                (node.op is not Ops.DETACH and any(s in grad_leaves or reaches[s] for s in node.src))
+                (differentiable and any(s in grad_leaves or reaches[s] for s in node.src))
+            reaches_value[node] = reaches[node] or (differentiable and any(s in value_leaves or reaches_value[s] for s in node.src))
             if (new := becomes.get(node)) is None or _views_existing_buffers(new, reaches):
                 # (a view of buffers the graph already had, such as a reshaped parameter, stays as it
                 # was: the parameter must remain visible to backward as itself)
                 substituted[node] = node if srcs == node.src else node.replace(src=srcs)
                 continue
             substituted[node] = new
-            if reaches[node] and _is_new_buffer_view(node, new, reaches):
-                candidates.setdefault(new.base, node if srcs == node.src else node.replace(src=srcs))
+            if not _is_new_buffer_view(node, new, reaches): continue
+            if reaches[node]: candidates.setdefault(new.base, node if srcs == node.src else node.replace(src=srcs))
+            elif reaches_value[node] and dtypes.is_float(node.dtype): candidates.setdefault(new.base, node)
     kept = _reachable(live, candidates) if candidates else {}
     _ORIGINS.update(kept)
     return list(kept.values())

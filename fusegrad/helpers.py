@@ -7,8 +7,8 @@ block with ``Context``::
         (Tensor([1, 2]) + 1).realize()     # prints the generated kernel source
 """
 from __future__ import annotations
-import contextlib, functools, hashlib, os, pathlib, sys, tempfile, time
-from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+import collections, contextlib, functools, hashlib, os, pathlib, sys, tempfile, time
+from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -136,6 +136,52 @@ DEFAULT_FLOAT, DEFAULT_INT = ContextVar("DEFAULT_FLOAT", ""), ContextVar("DEFAUL
 NO_MEMORY_PLANNER, VIZ = ContextVar("NO_MEMORY_PLANNER", 0), ContextVar("VIZ", 0)
 VECTORIZE = ContextVar("VECTORIZE", 1)   # 0: keep UPCAST loops scalar on renderers with vector_loops
 USE_TC, TC_OPT = ContextVar("TC", 1), ContextVar("TC_OPT", 0)   # TC=0: the heuristic uses no tensor cores
+SPLIT_REDUCEOP, LRU = ContextVar("SPLIT_REDUCEOP", 1), ContextVar("LRU", 1)
+
+# Every other key tinygrad 0.14's Context accepts, so code that sets them runs unchanged. They are
+# read by nothing in fusegrad: each is listed with why (docs/api_fidelity.md shows the same table).
+CONTEXT_KEYS_WITHOUT_EFFECT: dict[str, str] = {
+    "DEV": "the default device comes from the DEV environment variable when fusegrad starts",
+    "FLOAT16": "tinygrad's image-model half switch; fusegrad has no image kernels",
+    "OPENPILOT_HACKS": "openpilot-specific kernel tweaks",
+    "JIT_BATCH_SIZE": "TinyJit replays a capture as one call (CPUGraph) with no batching",
+    "TRACEMETA": "fusegrad records no per-op source metadata",
+    "NO_COLOR": "colours are only used in DEBUG output",
+    "TC_SELECT": "the CPU declares one tensor core, there is nothing to select",
+    "NOLOCALS": "NOLOCALS is an action (OptOps.NOLOCALS) chosen per kernel, not a global switch",
+    "VALIDATE_WITH_CPU": "no second device is run to cross-check results",
+    "DISABLE_FAST_IDIV": "integer division isn't rewritten to multiply-shift",
+    "FUSE_OPTIM": "the optimizers' per-param updates already realize together in one schedule",
+    "ALLOW_DEVICE_USAGE": "tinygrad's guard for @function tracing; fusegrad.function runs eagerly",
+    "MAX_BUFFER_SIZE": "buffers aren't split by size",
+    "MAX_KERNEL_BUFFERS": "kernels aren't split by buffer count",
+    "EMULATED_DTYPES": "emulation is decided by the renderer (bfloat16/fp8 without native support)",
+    "CAPTURE_PROCESS_REPLAY": "tinygrad's CI regression capture",
+    "NUM_CPU_THREADS": "the CPU's OpenMP thread count comes from the THREADS environment variable",
+    "NULL_ALLOW_COPYOUT": "there is no NULL device",
+    "PARALLEL": "BEAM's compile parallelism comes from BEAM_PARALLEL",
+    "PROFILE": "no profiler trace is written (DEBUG=2 prints per-kernel timings)",
+    "SPEC": "UOp spec checks aren't switchable",
+    "PCONTIG": "tinygrad's partial-contiguous scheduling experiment",
+    "DEBUG_RANGEIFY": "tinygrad's rangeify debug printing",
+    "TUPLE_ORDER": "tinygrad's kernel-tuple ordering switch",
+    "CCACHE": "compiled kernels are cached on disk by content hash (DISABLE_COMPILER_CACHE turns it off)",
+    "ALLOW_TF32": "no GPU backend has TF32",
+    "SCACHE": "the schedule cache is always on",
+    "USE_ATOMICS": "no kernel uses atomics",
+    "DISALLOW_BROADCAST": "tinygrad's broadcast-debugging switch",
+    "TRACK_MATCH_STATS": "pattern-matcher statistics aren't collected",
+    "REWRITE_STACK_LIMIT": "graph_rewrite isn't bounded by a stack limit",
+}
+# tinygrad's defaults for these keys (a value set here is only stored, see above)
+_CONTEXT_DEFAULTS: dict[str, Any] = {"DEV": "", "JIT_BATCH_SIZE": 32, "TRACEMETA": 1, "TC_SELECT": -1, "DISABLE_FAST_IDIV": 1,
+                                     "ALLOW_DEVICE_USAGE": 1, "EMULATED_DTYPES": "", "NUM_CPU_THREADS": os.cpu_count() or 1,
+                                     "PARALLEL": os.cpu_count() or 1, "SPEC": 1, "TUPLE_ORDER": 1, "CCACHE": 1, "SCACHE": 1,
+                                     "REWRITE_STACK_LIMIT": 250000}
+for _key in CONTEXT_KEYS_WITHOUT_EFFECT:
+    # module-level names too, as in tinygrad (``from fusegrad.helpers import FUSE_OPTIM``)
+    if _key not in ContextVar.registry: globals()[_key] = ContextVar(_key, _CONTEXT_DEFAULTS.get(_key, 0))
+del _key
 CI = bool(getenv("CI", ""))
 OSX = sys.platform == "darwin"
 
@@ -152,6 +198,8 @@ class GlobalCounters:
     time_sum_s: float = 0.0
     kernel_count: int = 0
     mem_used: int = 0        # bytes currently allocated on devices
+    # the same per device name ("CPU", "CPU:1", ...); like mem_used, reset() leaves it alone
+    mem_used_per_device: collections.defaultdict[str, int] = collections.defaultdict(int)
     mem_high_water: int = 0  # the most mem_used has been since the last reset
     @staticmethod
     def reset() -> None:
@@ -211,3 +259,184 @@ def partition(xs: Iterable[T], predicate: Callable[[T], bool]) -> tuple[list[T],
 
 def pairwise(xs: Sequence[T]) -> Iterator[tuple[T, T]]:
     return zip(xs, xs[1:])
+
+# ---------------------------------------------------------------- progress bars
+
+class tqdm(Generic[T]):
+    """A small progress bar on stderr with tinygrad's (and tqdm's common) arguments, so
+    ``for x in tqdm(items, desc="train"): ...`` works without the tqdm package. ``disable=None``
+    shows it only when stderr is a terminal; ``rate`` caps the redraws per second."""
+    def __init__(self, iterable: Iterable[T] | None = None, desc: str = "", disable: bool | None = False, unit: str = "it",
+                 unit_scale: bool = False, total: int | None = None, rate: int = 100):
+        self.iterable, self.unit, self.unit_scale, self.rate = iterable, unit, unit_scale, rate
+        self.disable = (not sys.stderr.isatty()) if disable is None else disable
+        self.total = total if total is not None else (len(iterable) if hasattr(iterable, "__len__") else 0)  # type: ignore[arg-type]
+        self.n, self.start, self.last_draw = 0, time.perf_counter(), 0.0
+        self.set_description(desc)
+    def __iter__(self) -> Iterator[T]:
+        if self.iterable is None: raise TypeError("tqdm needs an iterable to iterate over")
+        for item in self.iterable:
+            yield item
+            self.update(1)
+        self.update(close=True)
+    def __enter__(self) -> "tqdm[T]": return self
+    def __exit__(self, *exc: Any) -> None: self.update(close=True)
+    def set_description(self, desc: str) -> None: self.desc = f"{desc}: " if desc else ""
+    def update(self, n: int = 0, close: bool = False) -> None:
+        """Count ``n`` more steps; redraw at most ``rate`` times a second (and always on close)."""
+        self.n += n
+        now = time.perf_counter()
+        if self.disable or (not close and now - self.last_draw < 1 / self.rate): return
+        self.last_draw = now
+        print("\r" + self._line(now - self.start), end="\n" if close else "", flush=True, file=sys.stderr)
+    def _line(self, elapsed: float) -> str:
+        def amount(x: float) -> str:
+            if not self.unit_scale: return str(int(x))
+            for prefix in ("", "k", "M", "G", "T"):
+                if abs(x) < 1000: return f"{x:.3g}{prefix}"
+                x /= 1000
+            return f"{x:.3g}P"
+        count = f"{amount(self.n)}/{amount(self.total)}" if self.total else f"{amount(self.n)}{self.unit}"
+        speed = f"{self.n / elapsed:.2f}{self.unit}/s" if self.n and elapsed > 0 else f"?{self.unit}/s"
+        bar = ""
+        if self.total:
+            fraction = min(self.n / self.total, 1.0)
+            bar = f"{100 * fraction:3.0f}%|{'#' * int(20 * fraction):<20}| "
+        return f"{self.desc}{bar}{count} [{elapsed:.1f}s, {speed}]"
+    @classmethod
+    def write(cls, text: str) -> None:
+        """Print a line above the bar."""
+        print(f"\r\033[K{text}", flush=True, file=sys.stderr)
+
+def trange(n: int, **kwargs: Any) -> tqdm[int]:
+    """``tqdm(range(n))``."""
+    return tqdm(range(n), total=n, **kwargs)
+
+# ---------------------------------------------------------------- small helpers tinygrad code imports
+
+START_TIME = time.perf_counter()
+BASEDIR = pathlib.Path(__file__).parent
+WIN = sys.platform == "win32"
+
+def make_tuple(x: int | Sequence[int], count: int) -> tuple:
+    """``make_tuple(3, 2) == (3, 3)``; a sequence is returned as a tuple."""
+    return (x,) * count if isinstance(x, int) else tuple(x)
+
+def to_tuple(x: Any) -> tuple:
+    """``x`` if it is a tuple, else ``(x,)``."""
+    return x if isinstance(x, tuple) else (x,)
+
+def fully_flatten(xs: Any) -> list:
+    """Flatten nested lists/tuples (and numpy arrays) to one list of scalars."""
+    if hasattr(xs, "shape") and hasattr(xs, "flatten"): return list(xs.flatten()) if xs.shape != () else [xs[()]]
+    if not isinstance(xs, (list, tuple)): return [xs]
+    return [y for x in xs for y in fully_flatten(x)]
+
+def get_shape(x: Any) -> tuple[int, ...]:
+    """The shape of a nested list: ``get_shape([[1, 2, 3]]) == (1, 3)``; ragged lists are an error."""
+    if not isinstance(x, (list, tuple)): return ()
+    shapes = [get_shape(e) for e in x]
+    if not all_same(shapes): raise ValueError(f"inhomogeneous shape: {shapes}")
+    return (len(x),) + (shapes[0] if shapes else ())
+
+def flat_to_grouped(padding: Sequence[T]) -> tuple[tuple[T, T], ...]:
+    """torch-style flat padding (last dim first) to per-dim pairs: ``(1, 2, 3, 4) -> ((3, 4), (1, 2))``."""
+    return tuple((padding[i], padding[i + 1]) for i in range(len(padding) - 2, -1, -2))
+
+def round_down(n: int, amount: int) -> int: return n // amount * amount
+def next_power2(x: int) -> int:
+    """The smallest power of two >= x (1 for 0)."""
+    return 1 if x <= 1 else 1 << (x - 1).bit_length()
+def cdiv(x: int, y: int) -> int:
+    """C division (truncates toward zero); 0 when y is 0, as in the kernels."""
+    if y == 0: return 0
+    quotient = abs(x) // abs(y)
+    return -quotient if (x < 0) != (y < 0) else quotient
+def cmod(x: int, y: int) -> int: return x - cdiv(x, y) * y
+def floordiv(x: int, y: int) -> int: return x // y if y != 0 else 0
+def floormod(x: int, y: int) -> int: return x - floordiv(x, y) * y
+def lo32(x: Any) -> Any: return x & 0xFFFFFFFF
+def hi32(x: Any) -> Any: return x >> 32
+def data64(x: Any) -> tuple[Any, Any]: return (hi32(x), lo32(x))
+def data64_le(x: Any) -> tuple[Any, Any]: return (lo32(x), hi32(x))
+def to_be32(x: int) -> int: return int.from_bytes((x & 0xFFFFFFFF).to_bytes(4, "little"), "big")
+def to_be64(x: int) -> int: return int.from_bytes((x & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little"), "big")
+def getbits(value: int, start: int, end: int) -> int:
+    """Bits ``start..end`` (inclusive) of ``value``."""
+    return (value >> start) & ((1 << (end - start + 1)) - 1)
+def i2u(bits: int, value: int) -> int:
+    """A negative ``bits``-wide integer as its unsigned two's complement value."""
+    return value if value >= 0 else value + (1 << bits)
+def pad_bytes(data: bytes, align: int) -> bytes: return data + b"\x00" * (-len(data) % align)
+
+def get_single_element(xs: Sequence[T]) -> T:
+    if len(xs) != 1: raise ValueError(f"expected exactly one element, got {len(xs)}: {xs}")
+    return xs[0]
+
+def get_child(obj: Any, key: str) -> Any:
+    """Follow a dotted path through attributes, list indexes and dict keys: ``get_child(model, "layers.0.weight")``."""
+    for part in key.split("."):
+        if isinstance(obj, dict): obj = obj[part]
+        elif part.isdigit() and isinstance(obj, (list, tuple)): obj = obj[int(part)]
+        else: obj = getattr(obj, part)
+    return obj
+
+def strides_for_shape(shape: Sequence[Any]) -> tuple:
+    """Row-major strides, 0 for size-1 dims: ``strides_for_shape((2, 1, 3)) == (3, 0, 1)``."""
+    strides, running = [], 1
+    for size in reversed(shape):
+        strides.append(running)
+        running = running * size
+    return canonicalize_strides(tuple(shape), tuple(reversed(strides)))
+
+def canonicalize_strides(shape: tuple, strides: tuple) -> tuple:
+    """Strides of size-1 dims don't matter: make them 0."""
+    return tuple(0 if size == 1 else stride for size, stride in zip(shape, strides))
+
+def pluralize(word: str, count: int) -> str: return f"{count} {word}" + ("" if count == 1 else "s")
+def polyN(x: Any, coefficients: Sequence[float]) -> Any:
+    """Horner evaluation, highest power first: ``polyN(x, [a, b, c]) == a*x*x + b*x + c``."""
+    result: Any = 0.0
+    for c in coefficients: result = result * x + c
+    return result
+
+def word_wrap(text: str, wrap: int = 80) -> str:
+    """Break each line of ``text`` every ``wrap`` visible characters (colour codes don't count)."""
+    lines = []
+    for line in text.split("\n"):
+        while ansilen(line) > wrap:
+            cut, seen = 0, 0
+            while seen < wrap:
+                match = __import__("re").match(r"\x1b\[[0-9;]*m", line[cut:])
+                if match: cut += len(match.group(0))
+                else: cut, seen = cut + 1, seen + 1
+            lines.append(line[:cut])
+            line = line[cut:]
+        lines.append(line)
+    return "\n".join(lines)
+
+def ansipad(text: str, width: int) -> str: return text + " " * max(width - ansilen(text), 0)
+def time_to_str(seconds: float, width: int = 8) -> str:
+    """``"  1.50ms"``-style: seconds above 10 s, milliseconds above 10 ms, else microseconds."""
+    if seconds > 10: return f"{seconds:{width}.2f}s "
+    if seconds > 10e-3: return f"{seconds * 1e3:{width}.2f}ms"
+    return f"{seconds * 1e6:{width}.2f}us"
+def size_to_str(size: int) -> str:
+    for unit, name in ((1 << 30, "GB"), (1 << 20, "MB"), (1 << 10, "KB")):
+        if size >= unit: return f"{size / unit:.2f} {name}"
+    return f"{size} B"
+def colorize_float(x: float) -> str:
+    """A speed ratio coloured green (faster, < 0.75), red (slower, > 1.15) or yellow."""
+    return colored(f"{x:7.2f}x", "green" if x < 0.75 else "red" if x > 1.15 else "yellow")
+def perf_counter_us() -> float: return time.perf_counter_ns() / 1000
+
+class disable_gc(contextlib.ContextDecorator):
+    """Turn the garbage collector off inside a block (restored on exit, nesting-safe)."""
+    def _recreate_cm(self) -> "disable_gc": return type(self)()
+    def __enter__(self) -> None:
+        import gc
+        self.was_enabled = gc.isenabled()
+        gc.disable()
+    def __exit__(self, *exc: Any) -> None:
+        import gc
+        if self.was_enabled: gc.enable()

@@ -10,6 +10,7 @@ import math
 from typing import Any, TYPE_CHECKING
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import prod
+from fusegrad.uop.ops import UOp, Ops, GroupOp
 if TYPE_CHECKING: from fusegrad.tensor import Tensor
 
 def _normalize(indices: Any) -> list:
@@ -18,7 +19,7 @@ def _normalize(indices: Any) -> list:
 
 def _is_advanced(index: Any) -> bool:
     from fusegrad.tensor import Tensor
-    return isinstance(index, (Tensor, list)) or (type(index).__module__ == "numpy" and hasattr(index, "shape"))
+    return isinstance(index, (Tensor, list, tuple)) or (type(index).__module__ == "numpy" and hasattr(index, "shape"))
 
 def _slice_dim(x: "Tensor", dim: int, index: slice) -> "Tensor":
     size = x.shape[dim]
@@ -124,19 +125,290 @@ def _advanced(x: "Tensor", advanced: list) -> "Tensor":
         reduced = reduced.permute(order)
     return reduced
 
-def setitem(x: "Tensor", indices: Any, value: Any) -> None:
-    """``x[indices] = value``: writes into x's buffer through a view (basic indices only)."""
+# ---------------------------------------------------------------- writes: assign and setitem
+#
+# The mutation model (docs/decisions.md, "Mutation"): a tensor that views a buffer (through
+# movement ops or detach()) writes into that buffer. The write is the node
+# ``ASSIGN(identity, value, arg=chain)``: ``identity`` is what holds the buffer's current contents
+# (the BUFFER, or a pending ASSIGN to it), ``chain`` the movement ops from it to the written view,
+# and the node itself is the whole buffer after the write. Every live tensor that reads
+# ``identity`` is pointed at the new node, so views and later reads see the write (tinygrad's rule:
+# a lazy read is resolved when it is realized).
+
+def _is_storage(u: UOp) -> bool:
+    """Does ``u`` stand for a buffer's whole contents: the BUFFER, a pending ASSIGN into it, or a
+    sharded tensor whose shards are buffers?"""
+    if u.op in (Ops.BUFFER, Ops.ASSIGN): return True
+    return u.op is Ops.MULTI and all(s.op in (Ops.BUFFER, Ops.ASSIGN) or (s.op is Ops.RESHAPE and s.src[0].op in (Ops.BUFFER, Ops.ASSIGN))
+                                     for s in u.src)
+
+def view_chain(u: UOp, stop: UOp | None = None) -> tuple[UOp, tuple]:
+    """Walk from view ``u`` down through movement ops and DETACH to the storage node under it (or to
+    ``stop``). Returns (that node, the movement ops from it back up to ``u`` as (op, arg) pairs)."""
+    chain = []
+    while u is not stop and not _is_storage(u) and (u.op in GroupOp.Movement or u.op is Ops.DETACH):
+        if u.op is not Ops.DETACH: chain.append((u.op, u.arg))
+        u = u.src[0]
+    return u, tuple(reversed(chain))
+
+def apply_chain(u: UOp, chain: tuple) -> UOp:
+    """The view of ``u`` that ``chain`` (from view_chain) describes."""
+    for op, arg in chain: u = UOp(op, u.dtype, (u,), arg)
+    return u
+
+def _merge_through(base: "Tensor", chain: tuple, value: "Tensor") -> "Tensor":
+    """``base`` with the region that ``chain`` views replaced by ``value`` (a functional write:
+    the inverse of each movement op, and a mask of the written positions)."""
     from fusegrad.tensor import Tensor
-    from fusegrad.uop.ops import Ops
-    if not isinstance(value, (Tensor, int, float, bool)): raise TypeError(f"can't assign a {type(value).__name__} to a tensor slice")
-    if any(_is_advanced(i) for i in _normalize(indices)): raise NotImplementedError("setitem with tensor (advanced) indices is not supported")
-    if x.requires_grad or (isinstance(value, Tensor) and value.requires_grad):
-        raise NotImplementedError("setitem on tensors that require grad is not supported")
-    if x.uop.base.op is not Ops.BUFFER or not (x.uop.op is Ops.RESHAPE and x.uop.src[0].op is Ops.BUFFER or x.uop.op is Ops.BUFFER):
-        x.uop = x.contiguous().realize().uop
-    x.realize()
-    view = x[indices]
-    if not isinstance(value, Tensor): value = Tensor(value, device=x.device, dtype=x.dtype)
-    value = value.cast(x.dtype)._broadcast_to(view.shape).contiguous()
-    view.assign(value).realize()
-    x.uop = x.uop  # the buffer was written in place
+    shapes = [base.shape]
+    for op, arg in chain: shapes.append(apply_chain(UOp.const(base.dtype, 0, None, shapes[-1]), ((op, arg),)).shape)
+    written = Tensor.full(value.shape, True, dtype=dtypes.bool, device=base.device, requires_grad=False)
+    for (op, arg), before in zip(reversed(chain), reversed(shapes[:-1])):
+        if op is Ops.EXPAND: raise RuntimeError("can't write through an expand: several positions would share one element")
+        if op is Ops.RESHAPE: value, written = value.reshape(before), written.reshape(before)
+        elif op is Ops.PERMUTE:
+            inverse = tuple(sorted(range(len(arg)), key=arg.__getitem__))
+            value, written = value.permute(inverse), written.permute(inverse)
+        elif op is Ops.FLIP:
+            axes = [i for i, f in enumerate(arg) if f]
+            value, written = value.flip(axes), written.flip(axes)
+        elif op is Ops.SHRINK:
+            pads = tuple((b, s - e) for (b, e), s in zip(arg, before))
+            value, written = value.pad(pads), written.pad(pads)
+        elif op is Ops.PAD:
+            bounds = tuple((b, b + s) for (b, _), s in zip(arg, before))
+            value, written = value.shrink(bounds), written.shrink(bounds)
+    return written.where(value, base)
+
+def _replace_everywhere(old: UOp, new: UOp) -> None:
+    """Point every live tensor that reads ``old`` at ``new``."""
+    from fusegrad.tensor import all_tensors
+    for t in list(all_tensors):
+        if old in t.uop.toposort: t.uop = t.uop.substitute({old: new})
+
+def _checked_value(target: "Tensor", x: Any) -> "Tensor":
+    """The value of ``target.assign(x)`` as a tensor of the target's shape, dtype and device; raises
+    before any work on a shape, dtype or device mismatch (tinygrad's rules: broadcasting is allowed,
+    Python values take the target's dtype, a tensor of another dtype is an error)."""
+    from fusegrad.tensor import Tensor
+    from fusegrad.dtype import least_upper_dtype
+    if not isinstance(x, Tensor):
+        if isinstance(target.device, tuple): return Tensor(x, device=target.device[0], dtype=target.dtype).to(target.device)._broadcast_to(target.shape) \
+            if _broadcastable(_np_shape(x), target.shape) else _shape_error(target, _np_shape(x))
+        x = Tensor(x, device=target.device, dtype=target.dtype)
+    if not _broadcastable(x.shape, target.shape): _shape_error(target, x.shape)
+    if dtypes.is_weak(x.dtype): x = x.cast(least_upper_dtype(target.dtype, x.dtype))
+    if x.dtype != target.dtype:
+        raise RuntimeError(f"assign dtype mismatch: target is {target.dtype}, value is {x.dtype}; cast the value first")
+    if x.device != target.device:
+        raise RuntimeError(f"assign device mismatch: target is on {target.device}, value on {x.device}")
+    return x._broadcast_to(target.shape)
+
+def _np_shape(x: Any) -> tuple:
+    import numpy as np
+    return np.shape(x)
+
+def _broadcastable(have: tuple, want: tuple) -> bool:
+    if len(have) > len(want): return False
+    return all(h == w or (isinstance(h, int) and h == 1) for h, w in zip(have, want[len(want) - len(have):]))
+
+def _shape_error(target: "Tensor", shape: tuple):
+    raise ValueError(f"assign shape mismatch: can't broadcast a value of shape {tuple(shape)} to the target's shape {target.shape}")
+
+def assign(target: "Tensor", x: Any) -> "Tensor":
+    """``target.assign(x)``: write ``x`` into the buffer ``target`` views (see the note above)."""
+    from fusegrad.tensor import Tensor
+    value = _checked_value(target, x)
+    if target.uop is value.uop: return target
+    u = target.uop
+    if _is_storage(u) or (u.op is Ops.RESHAPE and _is_storage(u.src[0])):
+        # the tensor is the whole buffer: only it changes (other lazy reads of the buffer see it
+        # when they are realized after this write)
+        if u.op is Ops.MULTI and not all(s.op in (Ops.BUFFER, Ops.ASSIGN) or s.base.op is Ops.BUFFER for s in u.src):
+            target.uop = target.detach().contiguous().realize().uop
+        target.uop = UOp(Ops.ASSIGN, target.dtype, (target.uop, value.uop))
+        return target
+    storage, chain = view_chain(u)
+    if not _is_storage(storage):
+        if (not chain and u.op is not Ops.DETACH) or storage.op is Ops.CONST or any(op is Ops.EXPAND for op, _ in chain):
+            # a computed tensor (a broadcast constant too): it gets its own buffer first (its old
+            # graph is kept for no gradient)
+            target.uop = target.detach().contiguous().realize().uop
+            target.uop = UOp(Ops.ASSIGN, target.dtype, (target.uop, value.uop))
+            return target
+        # a view of a computed tensor: compute that tensor into a buffer, then write the view
+        stored = Tensor(storage, requires_grad=False).contiguous().realize().uop
+        _replace_everywhere(storage, stored)
+        storage, chain = view_chain(apply_chain(stored, chain))
+    if storage.op is Ops.MULTI:
+        # a view of a sharded tensor: write the whole tensor with the view's region replaced
+        merged = _merge_through(Tensor(storage, requires_grad=False), chain, value)
+        _replace_everywhere(storage, UOp(Ops.ASSIGN, storage.dtype, (storage, merged.uop)))
+        return target
+    if not chain:   # detach() of the whole buffer
+        _replace_everywhere(storage, UOp(Ops.ASSIGN, storage.dtype, (storage, value.uop.reshape(storage.shape))))
+        return target
+    if any(op is Ops.EXPAND for op, _ in chain):
+        raise RuntimeError("can't assign to an expanded view: several positions share one element")
+    _replace_everywhere(storage, UOp(Ops.ASSIGN, storage.dtype, (storage, value.uop), chain))
+    return target
+
+def _has_other_uses(x: "Tensor", value: Any) -> bool:
+    """Does a live tensor other than ``x`` (and the value being written) read ``x``'s lazy graph?
+    Views of the same realized buffer don't count: they see the write, as they should."""
+    from fusegrad.tensor import Tensor, all_tensors
+    if not any(n.op is Ops.BUFFER for n in x.uop.toposort): return False
+    value_graph = value.uop.toposort if isinstance(value, Tensor) else ()
+    shared = x.uop.base if x._is_realized() else None
+    for t in list(all_tensors):
+        if t is x or (isinstance(value, Tensor) and t.uop is value.uop) or t.uop in value_graph: continue
+        if x.uop in t.uop.toposort and t.uop.base is not shared: return True
+    return False
+
+def _is_bool_mask(index: Any) -> bool:
+    from fusegrad.tensor import Tensor
+    if isinstance(index, Tensor): return index.dtype == dtypes.bool
+    if type(index).__module__ == "numpy" and hasattr(index, "dtype"): return index.dtype == bool
+    if isinstance(index, (list, tuple)):
+        flat = list(_flat(index))
+        return bool(flat) and all(isinstance(i, bool) for i in flat)
+    return False
+
+def _flat(x: Any):
+    if isinstance(x, (list, tuple)):
+        for i in x: yield from _flat(i)
+    else: yield x
+
+def setitem(x: "Tensor", indices: Any, value: Any) -> None:
+    """``x[indices] = value`` with numpy semantics for every index kind. A realized tensor is
+    written in place (one kernel over the indexed region); an unrealized float tensor gets the
+    written value functionally, so gradients flow to both its old value and ``value``."""
+    from fusegrad.tensor import Tensor
+    from fusegrad.dtype import least_upper_dtype
+    if dtypes.is_weak(x.dtype): raise RuntimeError("can't setitem into a tensor of a weak dtype (a Python literal): it has no storage")
+    if isinstance(value, Tensor):
+        if dtypes.is_weak(value.dtype): value = value.cast(least_upper_dtype(x.dtype, value.dtype))
+        if value.dtype != x.dtype: raise RuntimeError(f"setitem dtype mismatch: the tensor is {x.dtype}, the value {value.dtype}; cast the value first")
+    if _has_other_uses(x, value):
+        raise RuntimeError("can't setitem on a tensor with other lazy uses: they would see the write or not depending on "
+                           "when they are realized; realize them first, or use where()")
+    items = _normalize(indices)
+    is_disk = isinstance(x.device, str) and x.device.startswith("DISK:")
+    masks = [i for i in items if _is_bool_mask(i)]
+    advanced = [i for i in items if _is_advanced(i) and not _is_bool_mask(i)]
+    if is_disk and (masks or advanced): raise RuntimeError("advanced (tensor, list or mask) setitem is not supported for DISK tensors")
+    if not isinstance(value, Tensor):
+        device = x.device[0] if isinstance(x.device, tuple) else x.device
+        value = Tensor(value, device="CPU" if is_disk else device, dtype=x.dtype)
+        if isinstance(x.device, tuple): value = value.to(x.device)
+    storage, _ = view_chain(x.uop)
+    realized = is_disk or _is_storage(storage)
+    if masks: new_value, view = _masked_region(x, items, value)
+    elif advanced: new_value, view = _scattered_region(x, items, value)
+    else: view, new_value = getitem(x, indices), value
+    if (not realized and dtypes.is_float(x.dtype)) or not (realized or masks or advanced):
+        # nothing to write into yet: x becomes the written value (a graph, with gradients)
+        _, chain = view_chain(view.uop, stop=x.uop)
+        x.replace(_merge_through(x, chain, new_value._broadcast_to(view.shape)))
+        return
+    view.assign(new_value)
+
+def _masked_region(x: "Tensor", items: list, value: "Tensor") -> tuple["Tensor", "Tensor"]:
+    """``x[mask] = value``: the view the mask indexes (the dims it covers) and its new contents."""
+    from fusegrad.tensor import Tensor
+    if len(items) != 1 and not (len(items) == 2 and items[1] is Ellipsis):
+        raise IndexError("a boolean mask index must be the only index (optionally followed by ...)")
+    mask = items[0] if isinstance(items[0], Tensor) else Tensor(items[0], device=x.device, dtype=dtypes.bool)
+    if mask.shape != x.shape[:mask.ndim]:
+        raise IndexError(f"boolean mask of shape {mask.shape} doesn't match the indexed dims {x.shape[:mask.ndim]}")
+    rest = x.shape[mask.ndim:]
+    if value.ndim > len(rest) and value.shape[0] != 1:
+        # one row per True element, in order (numpy): gather row k for the k-th True position
+        count = int(mask.sum().item())
+        if value.shape[0] != count or not _broadcastable(value.shape[1:], rest):
+            raise ValueError(f"can't assign a value of shape {value.shape} to {count} masked elements of shape {rest}")
+        position = (mask.flatten().cast(dtypes.int32).cumsum() - 1).maximum(0)
+        value = value._broadcast_to((count,) + rest)[position].reshape(mask.shape + rest)
+    elif not _broadcastable(value.shape, (1,) + rest if value.ndim > len(rest) else rest):
+        raise ValueError(f"can't assign a value of shape {value.shape} to masked elements of shape {rest}")
+    else: value = value.reshape(value.shape[1:] if value.ndim > len(rest) else value.shape)._broadcast_to(rest)
+    m = mask.reshape(mask.shape + (1,) * len(rest))
+    return m.where(value, x), x
+
+def _scattered_region(x: "Tensor", items: list, value: "Tensor") -> tuple["Tensor", "Tensor"]:
+    """``x[..tensor indices..] = value``: numpy's scatter. Basic indices give a view; within it the
+    advanced dims get ``value`` at the indexed positions (the last write wins for duplicates)."""
+    from fusegrad.tensor import Tensor, _broadcast_shape
+    basic = [slice(None) if _is_advanced(i) else i for i in items]
+    view = getitem(x, tuple(basic))
+    # where each advanced index landed in the view: count the view dims made by earlier items
+    dims, index_tensors, at, seen_ellipsis = [], [], 0, False
+    explicit = sum(1 for i in items if i is not None and i is not Ellipsis)
+    for item in items:
+        if item is Ellipsis: at += x.ndim - explicit
+        elif item is None or isinstance(item, slice): at += 1
+        elif isinstance(item, int): continue
+        else:
+            index = item if isinstance(item, Tensor) else Tensor(list(item) if isinstance(item, tuple) else item, device=view.device)
+            if not dtypes.is_int(index.dtype): raise IndexError(f"tensors used as indices must be int, got {index.dtype}")
+            dims.append(at)
+            index_tensors.append(index)
+            at += 1
+    try: index_shape = _broadcast_shape(*[i.shape for i in index_tensors])
+    except ValueError: raise IndexError(f"cannot broadcast indices: {[tuple(i.shape) for i in index_tensors]}") from None
+    rest = [d for d in range(view.ndim) if d not in dims]
+    adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
+    lead = dims[0] if adjacent else 0
+    result_shape = tuple(view.shape[d] for d in rest[:lead]) + index_shape + tuple(view.shape[d] for d in rest[lead:])
+    if not _broadcastable(value.shape, result_shape):
+        raise ValueError(f"can't assign a value of shape {value.shape} to indexed elements of shape {result_shape}")
+    value = value._broadcast_to(result_shape)
+    # value as (index positions N, rest dims...)
+    n_index = len(index_shape)
+    value = value.permute(list(range(lead, lead + n_index)) + list(range(lead)) + list(range(lead + n_index, len(result_shape))))
+    count = prod(index_shape)
+    value = value.reshape((count,) + tuple(view.shape[d] for d in rest))
+    sizes = [view.shape[d] for d in dims]
+    # match[k, p_1..p_m]: index position k points at (p_1..p_m)
+    match = None
+    for j, (index, size) in enumerate(zip(index_tensors, sizes)):
+        flat = index._broadcast_to(index_shape).reshape(count)
+        flat = (flat < 0).where(flat + size, flat)
+        hit = flat.reshape((count,) + (1,) * len(sizes)) == \
+            Tensor.arange(size, device=view.device).cast(flat.dtype).reshape((1,) + tuple(size if k == j else 1 for k in range(len(sizes))))
+        match = hit if match is None else match & hit
+    order = Tensor.arange(count, device=view.device).reshape((count,) + (1,) * len(sizes))
+    last = match.where(order, -1).max(0)                       # the last index position writing each element
+    chosen = (order == last.unsqueeze(0)) & match
+    pad_rest = (1,) * len(rest)
+    gathered = chosen.reshape(chosen.shape + pad_rest).where(value.reshape((count,) + (1,) * len(sizes) + value.shape[1:]),
+                                                             Tensor(0, dtype=view.dtype, device=view.device)).sum(0, dtype=view.dtype) \
+        if view.dtype != dtypes.bool else chosen.reshape(chosen.shape + pad_rest).where(
+            value.reshape((count,) + (1,) * len(sizes) + value.shape[1:]), False).any(0)
+    written = (last >= 0).reshape(tuple(sizes) + pad_rest)
+    current = view.permute(dims + rest)
+    new = written.where(gathered, current)
+    inverse = tuple(sorted(range(view.ndim), key=(dims + rest).__getitem__))
+    return new.permute(inverse), view
+
+# ---------------------------------------------------------------- bitcast between item sizes
+
+def bitcast_item_size(x: "Tensor", dtype) -> "Tensor":
+    """Reinterpret ``x``'s bytes as ``dtype`` of another item size (little-endian, like the memory):
+    the last dimension grows or shrinks by the size ratio. Built from shifts on unsigned ints, so
+    it runs as a fused kernel on any device."""
+    from fusegrad.tensor import Tensor
+    unsigned = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+    old, new = dtypes.concrete(x.dtype).itemsize, dtype.itemsize
+    bits = x.bitcast(unsigned[old]) if x.dtype != dtypes.bool else x.cast(dtypes.uint8)
+    if old > new:   # split each element into ratio smaller ones, lowest bytes first
+        ratio = old // new
+        shifts = Tensor([8 * new * i for i in range(ratio)], dtype=unsigned[old], device=x.device)
+        parts = (bits.unsqueeze(-1) >> shifts) & ((1 << (8 * new)) - 1)
+        result = parts.cast(unsigned[new]).flatten(-2)
+    else:           # join ratio consecutive elements into one, the first in the lowest bytes
+        ratio = new // old
+        shifts = Tensor([8 * old * i for i in range(ratio)], dtype=unsigned[new], device=x.device)
+        groups = bits.cast(unsigned[new]).unflatten(-1, (x.shape[-1] // ratio, ratio))
+        result = (groups << shifts).sum(-1, dtype=unsigned[new])   # the parts' bits don't overlap: a sum is an or
+    return result.bitcast(dtype) if dtype != unsigned[new] else result

@@ -12,13 +12,14 @@ import functools, hashlib, math, struct, weakref
 from typing import Any, Callable, Iterable, Sequence
 from fusegrad.dtype import (DType, dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype, to_dtype, to_np_dtype,
                             from_np, ConstType)
-from fusegrad.helpers import argfix, prod, all_int, DEBUG, TRAINING, ceildiv, flatten, getenv
+from fusegrad.helpers import argfix, prod, all_int, DEBUG, TRAINING, ceildiv, flatten, getenv, SPLIT_REDUCEOP
 from fusegrad.uop.ops import UOp, Ops, GroupOp, resolve, smax, sint_to_uop
 from fusegrad.device import Device, Buffer
 from fusegrad.schedule import create_schedule, new_buffer_uop, buffer_of, BUFFERS, ScheduleItem
 from fusegrad.engine.realize import run_schedule
 from fusegrad.mixins.processing import ProcessingMixin
 from fusegrad.mixins.functional import FunctionalMixin
+from fusegrad.codegen.transcendental import xsin
 
 all_tensors: "weakref.WeakSet[Tensor]" = weakref.WeakSet()
 
@@ -143,6 +144,9 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             uop = data.uop if dtype is None else data.uop.cast(dtype)
         elif isinstance(data, (bool, int, float)):
             uop = UOp.const(dtype or dtypes.from_py(data), data, device, ())
+        elif type(data).__module__ == "pathlib" and hasattr(data, "stat"):
+            # a file: a uint8 DISK tensor over its bytes (tinygrad's Tensor(pathlib.Path))
+            uop = Tensor.empty(data.stat().st_size, dtype=dtype or dtypes.uint8, device=f"disk:{data}").uop
         elif isinstance(data, (bytes, bytearray, memoryview)):
             import numpy as np
             uop = _fromnp(np.frombuffer(bytes(data), dtype=np.uint8), device, dtypes.uint8 if dtype is None else dtype)
@@ -251,6 +255,8 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     def numpy(self) -> Any:
         """A numpy copy: ``Tensor([1, 2]).numpy()`` is ``array([1, 2], dtype=int32)``."""
         import numpy as np
+        from fusegrad.engine.jit import refuse_data_access_in_capture
+        refuse_data_access_in_capture(".numpy()/.item()/.tolist()")   # inside a TinyJit capture the value would be baked in
         if isinstance(self.device, str) and self.device.startswith("DISK:"): return self.to("CPU").numpy()
         if dtypes.is_weak(self.dtype): return self.cast(dtypes.concrete(self.dtype)).numpy()
         if self.dtype.fmt is None: return self.cast(dtypes.float32).numpy()
@@ -289,9 +295,12 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     def detach(self) -> "Tensor":
         """The same values without a gradient connection."""
         return Tensor(self.uop.src[0] if self.uop.op is Ops.DETACH else UOp(Ops.DETACH, self.dtype, (self.uop,)), requires_grad=False)
-    def clone(self) -> "Tensor":
-        """A new tensor with a copy of the values."""
-        return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)), requires_grad=self.requires_grad)
+    def clone(self, device: str | tuple | None = None) -> "Tensor":
+        """A new tensor with a copy of the values (on ``device`` if given); ``.grad`` is cloned too."""
+        source = self if device is None else self.to(device)
+        ret = Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (source.uop,)), requires_grad=self.requires_grad)
+        if self.grad is not None: ret.grad = self.grad.clone(device=device)
+        return ret
 
     def replace(self, x: "Tensor") -> "Tensor":
         """Make this tensor refer to ``x``'s data (same shape), dropping its own graph."""
@@ -299,21 +308,14 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         self.uop = x.uop
         return self
     def assign(self, x: Any) -> "Tensor":
-        """Write ``x`` into this tensor's buffer (lazily): ``a.assign(a + 1)``."""
+        """Write ``x`` into this tensor's buffer (lazily): ``a.assign(a + 1)``. A view (a slice, a
+        permute, a reshape, ``detach()``) writes into the buffer it views. ``x`` broadcasts to this
+        shape; a tensor of another dtype or device is an error (see docs/decisions.md, Mutation)."""
         if isinstance(self.device, str) and self.device.startswith("DISK:"):
             from fusegrad.runtime.ops_disk import disk_assign
             return disk_assign(self, x)
-        if not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)
-        if x.shape != self.shape: raise ValueError(f"assign shape mismatch: target {self.shape}, value {x.shape}")
-        if x.device != self.device: raise ValueError(f"assign device mismatch: target {self.device}, value {x.device}")
-        if x.dtype != self.dtype: x = x.cast(self.dtype)
-        if self.uop is x.uop: return self
-        if self.uop.base.op is not Ops.BUFFER and not (self.uop.op is Ops.MULTI and self._is_realized() and
-                                                       all(_is_plain(s) for s in self.uop.src)):   # an unrealized target gets a buffer first
-            # detached: the old value is overwritten, so its graph is kept for no gradient (see _apply_becomes)
-            self.uop = self.detach().contiguous().realize().uop
-        self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))
-        return self
+        from fusegrad.indexing import assign
+        return assign(self, x)
 
     def to(self, device: str | tuple | None) -> "Tensor":
         """The tensor on another device (a copy), keeping dtype and requires_grad."""
@@ -346,17 +348,14 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         >>> t.device, (t * 10).sum(1).tolist()
         (('CPU:1', 'CPU:2'), [30, 70])
         """
-        from fusegrad.schedule.multi import shard_uop
+        from fusegrad.schedule.multi import shard_uop, check_divisible
         if isinstance(devices, str) or not isinstance(devices, (tuple, list)):
             raise TypeError(f"shard needs a tuple of device names, got {devices!r}")
         if len(devices) == 0: raise ValueError("shard needs at least one device, got an empty tuple")
         devices = tuple(Device.canonicalize(d) for d in devices)
         if axis is not None:
             if self.ndim == 0: raise ValueError(f"can't split a 0-d tensor along axis {axis}; use axis=None to replicate it")
-            axis = self._resolve_dim(axis)
-            if not isinstance(self.shape[axis], int) or self.shape[axis] % len(devices) != 0:
-                raise ValueError(f"can't shard shape {self.shape} along axis {axis} over {len(devices)} devices {devices}: "
-                                 f"size {self.shape[axis]} is not divisible by {len(devices)}")
+            check_divisible(self.shape, axis := self._resolve_dim(axis), devices)
         return Tensor(shard_uop(self.uop, devices, axis), requires_grad=self.requires_grad)
     def shard_(self, devices: tuple | list, axis: int | None = None) -> "Tensor":
         """Shard in place: this tensor now refers to the sharded value."""
@@ -402,21 +401,33 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return results
 
     def backward(self, gradient: "Tensor | None" = None) -> "Tensor":
-        """Accumulate d(self)/d(t) into ``t.grad`` for every float tensor ``t`` in this graph that
-        doesn't opt out with ``requires_grad=False``."""
+        """Accumulate d(self)/d(t) into ``t.grad`` (adding to an existing ``.grad``). Which tensors get it:
+
+        - if a tensor in this graph has ``requires_grad=True`` (set by the user, ``requires_grad_()``,
+          or an optimizer, which marks its params), only those (PyTorch's rule): inputs and labels
+          reused every step get no ``.grad`` that would grow a graph step after step;
+        - otherwise (code written for tinygrad 0.14, which has no requires_grad), every float tensor
+          in this graph whose ``requires_grad`` is not False: ``t = Tensor([1., 2.]); t.sum().backward()``
+          fills ``t.grad``.
+
+        Realized tensors in the graph are differentiated through the graph they were computed from.
+        With requires_grad=True tensors, backward releases the graph (PyTorch's retain_graph=False):
+        the tensors computed in it keep no graph when realized afterwards."""
         if gradient is None and self.numel() != 1:
             raise RuntimeError(f"backward needs a scalar tensor or an explicit gradient; this one has shape {self.shape}")
         from fusegrad.gradient import compute_gradient, differentiation_order
         in_graph, _ = differentiation_order(self.uop)   # realized tensors included, through their origins
-        targets = [t for t in list(all_tensors) if t.requires_grad is not False and t.uop in in_graph and t is not self
-                   and dtypes.is_float(t.dtype)]
+        candidates = [t for t in list(all_tensors) if t.uop in in_graph and t is not self and dtypes.is_float(t.dtype)]
+        tracked = any(t.requires_grad is True for t in candidates)
+        targets = [t for t in candidates if (t.requires_grad is True if tracked else t.requires_grad is not False)]
         if not targets: return self
         seed = gradient.uop if gradient is not None else UOp.const(self.dtype, 1.0, self.device, self.shape)
         grads = compute_gradient(self.uop, seed, {t.uop for t in targets})
-        # like PyTorch freeing the graph after backward: the tensors computed in it (not the leaves)
-        # keep no origin when realized later, so a training step's activations aren't pinned for a
-        # second backward (and the memory planner can reuse them)
-        for t in [self] + [t for t in targets if t.uop.base.op is not Ops.BUFFER]: t._backward_done = True
+        if tracked:
+            # like PyTorch freeing the graph after backward: the tensors computed in it (not the leaves)
+            # keep no origin when realized later, so a training step's activations aren't pinned for a
+            # second backward (and the memory planner can reuse them)
+            for t in [self] + [t for t in candidates if t.uop.base.op is not Ops.BUFFER]: t._backward_done = True
         for t in targets:
             if (g := grads.get(t.uop)) is None: continue
             new = Tensor(_like_sharding(g, t.uop), requires_grad=False)
@@ -436,6 +447,8 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """An uninitialized tensor (its own buffer): ``Tensor.empty(2, 3)``."""
         shape = Tensor._shape_arg(shape)
         dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if isinstance(device, (tuple, list)):   # replicated on every device, as tinygrad
+            return Tensor.empty(*shape, dtype=dtype).shard(tuple(device), None).requires_grad_(kwargs.get("requires_grad"))
         device = Device.canonicalize(device)
         if prod(shape) == 0: return Tensor(UOp.const(dtype, 0, device, shape), **kwargs)
         buffer = new_buffer_uop(device, prod(shape), dtype)
@@ -446,7 +459,12 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """``Tensor.full((2, 2), 7)`` is a 2×2 tensor of sevens (a constant: no memory until needed)."""
         shape = Tensor._shape_arg(shape if isinstance(shape, (tuple, list)) else (shape,))
         dtype = to_dtype(dtype) if dtype is not None else dtypes.concrete(dtypes.from_py(fill_value)) if not isinstance(fill_value, Tensor) else fill_value.dtype
-        return Tensor(UOp.const(dtype, fill_value, _canonical_device(device), shape), **kwargs)
+        constant = Tensor(UOp.const(dtype, fill_value, _canonical_device(device), shape), **kwargs)
+        # a leaf asked for needs a node of its own: constants are interned, so two Tensor.ones(3) are one
+        # node and autograd (keyed by node) would give each the other's gradient too
+        if kwargs.get("requires_grad") is True and isinstance(constant.device, str) and all_int(shape) and prod(shape) > 0:
+            return Tensor.empty(*shape, dtype=dtype, device=constant.device, requires_grad=True).assign(constant.detach())
+        return constant
     @staticmethod
     def zeros(*shape, **kwargs) -> "Tensor":
         """``Tensor.zeros(2, 3)``"""
@@ -456,7 +474,35 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """``Tensor.ones(2, 3)``"""
         return Tensor.full(argfix(*shape), 1.0, **{"dtype": dtypes.default_float, **kwargs})
     def full_like(self, fill_value: Any, **kwargs) -> "Tensor":
+        """A tensor shaped (and sharded) like ``self`` filled with ``fill_value``: ``t.full_like(7)``."""
+        if isinstance(self.device, tuple):
+            dtype = kwargs.pop("dtype", self.dtype)
+            return self._multi_like(lambda shape, device: Tensor.full(shape, fill_value, dtype=dtype, device=device), kwargs)
         return Tensor.full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device, **kwargs})
+    def _multi_like(self, make: Callable[[tuple, str | None], "Tensor"], kwargs: dict) -> "Tensor":
+        """``make(shape, device)`` for every shard of this multi-device tensor, sharded as it is (tinygrad's
+        rule: a replicated tensor's value is made once and copied; a split one gets one per device)."""
+        if kwargs.pop("device", None) is not None: raise RuntimeError("cannot specify `device` on `*_like` of a multi device tensor")
+        requires_grad = kwargs.pop("requires_grad", None)
+        if kwargs: raise TypeError(f"unexpected arguments {sorted(kwargs)}")
+        devices, axis = self.device, self.uop.axis
+        if axis is None: result = make(self.shape, None).shard(devices, None)
+        else:
+            shard_shape = tuple(s // len(devices) if i == axis else s for i, s in enumerate(self.shape))
+            shards = [make(shard_shape, device).uop for device in devices]
+            result = Tensor(UOp(Ops.MULTI, shards[0].dtype, tuple(shards), axis))
+        result.requires_grad = requires_grad
+        return result
+    def shard_like(self, y: "Tensor") -> "Tensor":
+        """This tensor on ``y``'s device(s), split along the same axis as ``y``.
+
+        >>> w = Tensor.ones(4, 2).shard(("CPU:1", "CPU:2"), axis=0)
+        >>> Tensor.zeros(4, 2).shard_like(w).uop.axis
+        0
+        """
+        if isinstance(y.device, str): return self.to(y.device)
+        if isinstance(self.device, tuple) and (self.device, self.uop.axis) == (y.device, y.uop.axis): return self
+        return self.shard(y.device, y.uop.axis)
     def zeros_like(self, **kwargs) -> "Tensor": return self.full_like(0, **kwargs)
     def ones_like(self, **kwargs) -> "Tensor": return self.full_like(1, **kwargs)
 
@@ -578,6 +624,8 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """
         shape = Tensor._shape_arg(shape)
         dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if isinstance(device, (tuple, list)):
+            raise ValueError(f"rand only supports a single device, got device={device!r}; use rand_like of a sharded tensor")
         device = _canonical_device(device)
         if not dtypes.is_float(dtype): raise TypeError(f"rand needs a float dtype, got {dtype}")
         count = prod(shape)
@@ -586,6 +634,10 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         uniform = _bits_to_unit_interval(bits, count, dtype).reshape(shape)
         return Tensor((uniform.contiguous() if contiguous else uniform).uop, **kwargs)
     def rand_like(self, **kwargs) -> "Tensor":
+        """Uniform samples in [0, 1) shaped (and sharded) like ``self``."""
+        if isinstance(self.device, tuple):
+            dtype, contiguous = kwargs.pop("dtype", self.dtype), kwargs.pop("contiguous", True)
+            return self._multi_like(lambda shape, device: Tensor.rand(*shape, dtype=dtype, device=device, contiguous=contiguous), kwargs)
         return Tensor.rand(*self.shape, **{"device": self.device, "dtype": self.dtype, **kwargs})
     @staticmethod
     def randn(*shape, dtype: DType | str | None = None, **kwargs) -> "Tensor":
@@ -598,6 +650,10 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         normal = (src[0] * (2 * math.pi)).cos() * ((1 - src[1]).log() * -2).sqrt()
         return Tensor(normal.cast(dtype).uop, requires_grad=requires_grad)
     def randn_like(self, **kwargs) -> "Tensor":
+        """Standard normal samples shaped (and sharded) like ``self``."""
+        if isinstance(self.device, tuple):
+            dtype = kwargs.pop("dtype", self.dtype)
+            return self._multi_like(lambda shape, device: Tensor.randn(*shape, dtype=dtype, device=device), kwargs)
         return Tensor.randn(*self.shape, **{"device": self.device, "dtype": self.dtype, **kwargs})
     @staticmethod
     def randint(*shape, low: int = 0, high: int = 10, dtype: DType | str = dtypes.int32, **kwargs) -> "Tensor":
@@ -688,6 +744,9 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """Convert values: ``Tensor([1.7]).cast(dtypes.int32).tolist() == [1]``."""
         dtype = to_dtype(dtype)
         if self.dtype == dtype: return self
+        if isinstance(self.device, str) and self.device.startswith("DISK:"):
+            from fusegrad.runtime.ops_disk import DiskCastError, DISK_ONLY_MESSAGE
+            raise DiskCastError(f"can't cast a DISK tensor ({self.dtype} -> {dtype}): {DISK_ONLY_MESSAGE}; move it first (.to('CPU'))")
         if self.uop.op is Ops.CONST and dtypes.is_weak(self.dtype) and not isinstance(self.uop.arg, UOp):
             # a Python literal takes the dtype directly: a weak int is only narrowed to default_int
             # when it stays weak, so 2**40 meeting a uint64 tensor must not pass through int32
@@ -705,7 +764,8 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if isinstance(self.device, str) and self.device.startswith("DISK:"):
             from fusegrad.runtime.ops_disk import disk_view
             return disk_view(self, dtype=dtype)
-        raise NotImplementedError(f"bitcast between item sizes ({self.dtype} -> {dtype}) is supported only on DISK tensors")
+        from fusegrad.indexing import bitcast_item_size
+        return bitcast_item_size(self, dtype)
     def float(self) -> "Tensor": return self.cast(dtypes.float32)
     def half(self) -> "Tensor": return self.cast(dtypes.float16)
     def double(self) -> "Tensor": return self.cast(dtypes.float64)
@@ -859,10 +919,10 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             out = piece if out is None else out + piece
             offset += t.shape[dim]
         return out
-    @staticmethod
-    def stack(*tensors: "Tensor", dim: int = 0) -> "Tensor":
-        """Join along a new dim: ``Tensor.stack(a, b)``."""
-        tensors = argfix(*tensors)
+    def stack(self, *others: "Tensor", dim: int = 0) -> "Tensor":
+        """Join along a new dim: ``Tensor.stack(a, b)``, ``a.stack(b)`` and ``Tensor.stack([a, b])`` are the same."""
+        # a plain method, not a staticmethod: ``a.stack(b)`` must include ``a`` (tinygrad's semantics)
+        tensors = argfix(self, *others)
         if not tensors: raise ValueError("stack needs at least one tensor")
         if any(t.shape != tensors[0].shape for t in tensors): raise ValueError(f"stack needs equal shapes, got {[t.shape for t in tensors]}")
         dim = tensors[0]._resolve_dim(dim, extra=True)
@@ -883,7 +943,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """A reduce of >= 32768 elements per output runs as two kernels: the first splits one reduce
         axis into (d, n/d) and leaves d partial results per output, so it has parallel work; the
         second reduces those. Returns None when no split applies."""
-        if not getenv("SPLIT_REDUCEOP", 1) or not all_int(self.shape): return None
+        if not SPLIT_REDUCEOP or not all_int(self.shape): return None
         out_size = prod(s for i, s in enumerate(self.shape) if i not in axes)
         if out_size == 0 or self.numel() // max(out_size, 1) < getenv("REDUCEOP_SPLIT_THRESHOLD", 32768): return None
         for axis in sorted(axes, key=lambda a: -self.shape[a]):
@@ -1105,11 +1165,11 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """1 / (1 + e**-x), computed so neither the value nor the gradient overflows: each side
         of x = 0 uses the form whose exponential is at most 1 (the other side gets a harmless 0
         input, so no 0*inf reaches the gradient)."""
-        x = self._float()
+        x = self._widened()
         positive = x >= 0
         e_pos = (-positive.where(x, 0)).exp()        # e**-x for x >= 0
         e_neg = (positive.where(0, x)).exp()         # e**x for x < 0
-        return positive.where(1 / (1 + e_pos), e_neg / (1 + e_neg))
+        return positive.where(1 / (1 + e_pos), e_neg / (1 + e_neg)).cast(x._narrow_dtype(self))
     def logsigmoid(self) -> "Tensor": return -(-self).softplus()
     def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> "Tensor": return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
     def tanh(self) -> "Tensor":
@@ -1185,7 +1245,10 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     def selu(self, alpha: float = 1.67326, gamma: float = 1.0507) -> "Tensor":
         """gamma * elu(x, alpha) with the standard self-normalizing constants."""
         return gamma * (self > 0).where(self, alpha * (self._negative_part().exp() - 1))
-    def swish(self) -> "Tensor": return self * self.sigmoid()
+    def swish(self) -> "Tensor":
+        """x * sigmoid(x); float16/bfloat16 compute in float32 and round once."""
+        x = self._widened()
+        return (x * x.sigmoid()).cast(x._narrow_dtype(self))
     def silu(self) -> "Tensor": return self.swish()
     def relu6(self) -> "Tensor": return self.relu() - (self - 6).relu()
     def hardswish(self) -> "Tensor": return self * (self + 3).relu6() * (1 / 6)
@@ -1207,7 +1270,10 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     def gelu(self, approximate: str = "tanh") -> "Tensor":
         """GELU. ``approximate="tanh"`` (tinygrad's default) is the tanh formula; ``"none"`` is the exact
         ``x * Phi(x)`` through erf."""
-        if approximate == "tanh": return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self ** 3)).tanh())
+        # 0.5*(1 + tanh u) = sigmoid(2u): no cancellation for negative x (1 + tanh u rounds to 0 there)
+        if approximate == "tanh":
+            x = self._widened()
+            return (x * (2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)).sigmoid()).cast(x._narrow_dtype(self))
         if approximate == "none": return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
         raise ValueError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
     def quick_gelu(self) -> "Tensor": return self * (self * 1.702).sigmoid()
@@ -1217,8 +1283,9 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     def softplus(self, beta: float = 1.0) -> "Tensor":
         """log(1 + e**(beta x)) / beta: max(bx, 0) + log1p(e**-|bx|), so large x gives x and very
         negative x gives e**(bx) (not 0)."""
-        bx = self * beta
-        return (bx.maximum(0) + (-bx.abs()).exp()._log1p()) * (1 / beta)
+        x = self._widened()
+        bx = x * beta
+        return ((bx.maximum(0) + (-bx.abs()).exp()._log1p()) * (1 / beta)).cast(x._narrow_dtype(self))
     def _log1p(self) -> "Tensor":
         """log(1 + x) for x >= 0, accurate for tiny x: log(u) * x / (u - 1) with u = 1 + x rounded
         corrects the rounding of u (Goldberg); x itself where u rounds to 1."""
@@ -1318,9 +1385,9 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     def logaddexp(self, other: Any) -> "Tensor":
         m = self.maximum(other)
         return m + ((self - m).exp() + (other - m).exp()).log()
-    def bitwise_and(self, x: Any) -> "Tensor": return self._bitwise(Ops.AND, x)
-    def bitwise_or(self, x: Any) -> "Tensor": return self._bitwise(Ops.OR, x)
-    def bitwise_xor(self, x: Any) -> "Tensor": return self._bitwise(Ops.XOR, x)
+    def bitwise_and(self, x: Any, reverse: bool = False) -> "Tensor": return self._bitwise(Ops.AND, x, reverse)
+    def bitwise_or(self, x: Any, reverse: bool = False) -> "Tensor": return self._bitwise(Ops.OR, x, reverse)
+    def bitwise_xor(self, x: Any, reverse: bool = False) -> "Tensor": return self._bitwise(Ops.XOR, x, reverse)
     def _bitwise(self, op: Ops, x: Any, reverse: bool = False) -> "Tensor":
         a, b = self._broadcasted(x, reverse)
         if not (dtypes.is_int(a.dtype) or a.dtype == dtypes.bool): raise TypeError(f"bitwise ops need int or bool tensors, got {a.dtype}")
@@ -1329,20 +1396,24 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if self.dtype == dtypes.bool: return self.logical_not()
         if not dtypes.is_int(self.dtype): raise TypeError(f"bitwise_not needs an int or bool tensor, got {self.dtype}")
         return self ^ -1 if not dtypes.is_unsigned(self.dtype) else self ^ dtypes.max(self.dtype)
-    def lshift(self, x: Any) -> "Tensor":
+    def lshift(self, x: Any, reverse: bool = False) -> "Tensor":
+        """``self << x``; with ``reverse``, ``x << self``."""
         if not dtypes.is_int(self.dtype): raise TypeError(f"<< needs an int tensor, got {self.dtype}")
-        return self._binary(Ops.SHL, x)
-    def rshift(self, x: Any) -> "Tensor":
+        return self._binary(Ops.SHL, x, reverse)
+    def rshift(self, x: Any, reverse: bool = False) -> "Tensor":
+        """``self >> x``; with ``reverse``, ``x >> self``."""
         if not dtypes.is_int(self.dtype): raise TypeError(f">> needs an int tensor, got {self.dtype}")
-        return self._binary(Ops.SHR, x)
+        return self._binary(Ops.SHR, x, reverse)
     def ne(self, x: Any) -> "Tensor": return self._compare(Ops.CMPNE, x)
     def eq(self, x: Any) -> "Tensor": return self._compare(Ops.CMPEQ, x)
     def isclose(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> "Tensor":
         close = (self == other) | ((self - other).abs() <= atol + rtol * (other.abs() if isinstance(other, Tensor) else abs(other)))
         if equal_nan: close = close | (self.isnan() & (other.isnan() if isinstance(other, Tensor) else (other != other)))
         return close
-    def allclose(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
-        return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+    def allclose(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> "Tensor":
+        """A 0-d bool tensor: are all elements close (``isclose``)? Lazy like tinygrad's; ``bool()`` or
+        ``.item()`` of it gives the Python answer."""
+        return self.isclose(other, rtol, atol, equal_nan).all()
 
     # ---------------------------------------------------------------- operators
     def __neg__(self): return self.neg()
@@ -1371,6 +1442,8 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     def __invert__(self): return self.bitwise_not()
     def __lshift__(self, x): return self.lshift(x)
     def __rshift__(self, x): return self.rshift(x)
+    def __rlshift__(self, x): return self.lshift(x, True)
+    def __rrshift__(self, x): return self.rshift(x, True)
     def __lt__(self, x): return self._compare(Ops.CMPLT, x)
     def __gt__(self, x): return self._compare(Ops.CMPLT, x, True)
     def __le__(self, x): return self._compare(Ops.CMPLT, x) | self._compare(Ops.CMPEQ, x)
@@ -1399,6 +1472,59 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return (x * w).sum(-1, acc_dtype=acc_dtype, dtype=dtype).cast(least_upper_dtype(x.dtype, w.dtype) if dtype is None else dtype)
     def matmul(self, x: "Tensor", reverse: bool = False, acc_dtype: DType | None = None, dtype: DType | None = None) -> "Tensor":
         return x.dot(self, acc_dtype=acc_dtype, dtype=dtype) if reverse else self.dot(x, acc_dtype=acc_dtype, dtype=dtype)
+
+    # ---------------------------------------------------------------- tinygrad 0.14 API additions
+    def empty_like(self, dtype: DType | str | None = None, device: str | tuple | None = None, **kwargs) -> "Tensor":
+        """An uninitialized tensor of ``self``'s shape (and dtype/device unless given)."""
+        dtype = to_dtype(dtype) if dtype is not None else dtypes.concrete(self.dtype)
+        device = self.device if device is None else device
+        # a multi-device empty has no buffer of its own to leave uninitialized: zeros are a valid "empty"
+        if isinstance(device, tuple): return Tensor.full(self.shape, 0, dtype=dtype, device=device, **kwargs)
+        return Tensor.empty(*self.shape, dtype=dtype, device=device, **kwargs)
+    def const_like(self, value: ConstType, dtype: DType | str | None = None) -> "Tensor":
+        """A constant tensor of ``self``'s shape and device, in ``self``'s dtype unless ``dtype`` is given."""
+        return Tensor.full(self.shape, value, dtype=to_dtype(dtype) if dtype is not None else self.dtype, device=self.device)
+    def _target_shape(self, shape: Any, args: tuple, name: str) -> tuple:
+        target = argfix(shape, *args)
+        if len(target) != self.ndim: raise ValueError(f"{name}: shape {target} has {len(target)} dims, the tensor has {self.ndim} ({self.shape})")
+        return target
+    def shrink_to(self, shape: Any, *args: Any) -> "Tensor":
+        """Keep the first ``shape[i]`` entries of each dim (None keeps a dim whole): ``t.shrink_to(2, None)``."""
+        target = self._target_shape(shape, args, "shrink_to")
+        return self.shrink(tuple(None if size is None else (0, size) for size in target))
+    def pad_to(self, shape: Any, *args: Any, value: ConstType = 0) -> "Tensor":
+        """Pad at the end of each dim up to ``shape`` (None keeps a dim) with ``value``: ``t.pad_to(4, None)``."""
+        target = self._target_shape(shape, args, "pad_to")
+        for have, want in zip(self.shape, target):
+            if want is not None and resolve(want < have): raise ValueError(f"pad_to: target shape {target} is smaller than {self.shape}")
+        padding = tuple(None if want is None else (0, want - have) for have, want in zip(self.shape, target))
+        return self if all(p is None or p == (0, 0) for p in padding) else self.pad(padding, value=value)
+    def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> "Tensor":
+        """Divide by the Lp norm along ``dim``, at least ``eps`` (``torch.nn.functional.normalize``). ``p=0``
+        counts the non-zero entries; ``p=inf`` is the largest absolute value."""
+        if p == 0: norm = (self != 0).sum(dim, keepdim=True).cast(least_upper_float(self.dtype))
+        elif p == math.inf: norm = self.abs().max(dim, keepdim=True)
+        else: norm = self.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
+        return self / norm.maximum(eps)
+    def softmin(self, axis: int = -1, dtype: DType | None = None) -> "Tensor":
+        """``softmax(-x)``: weights that favour the smallest entries."""
+        return (-self).softmax(axis, dtype)
+    def newton_schulz(self, steps: int, params: tuple, eps: float = 1.0e-7) -> "Tensor":
+        """Approximately orthogonalize the last two dims with ``steps`` iterations of the odd polynomial
+        ``sum_i params[i] * (G G^T)^i G``, after scaling G to unit Frobenius norm (Muon's update)."""
+        if self.ndim < 2: raise ValueError(f"newton_schulz needs at least a 2-d tensor, got shape {self.shape}")
+        if not params: raise ValueError("newton_schulz needs at least one polynomial coefficient")
+        # work on the wide orientation so the Gram matrix G G^T is the small one
+        if resolve(self.shape[-2] > self.shape[-1]): return self.transpose(-2, -1).newton_schulz(steps, params, eps).transpose(-2, -1)
+        g = self / (self.square().sum(axis=(-2, -1), keepdim=True).sqrt() + eps)
+        for _ in range(steps):
+            gram = g @ g.transpose(-2, -1)
+            term, total = g, params[0] * g
+            for coefficient in params[1:]:
+                term = gram @ term
+                total = total + coefficient * term
+            g = total
+        return g
 
 def _bound_value(size: UOp) -> int:
     """The current value of a size made of bound variables."""
@@ -1483,14 +1609,28 @@ def _bits_to_unit_interval(bits: Tensor, count: int, dtype: DType) -> Tensor:
     words = _uint32_words_as(bits, unsigned)
     return ((words >> (8 * dtype.itemsize - mantissa)) | one_bits).bitcast(dtype)[:count] - 1
 
+def _separate_contiguous_twins(tensors: list[Tensor], old_uops: list[UOp], becomes: dict[UOp, UOp]) -> None:
+    """``.contiguous()`` promises storage of its own. Equal graphs are one interned UOp, so two tensors
+    made the same way (``[Tensor.zeros(n).contiguous() for _ in layers]``, realized together) would
+    get one buffer, and an assign to one would change the others (KV caches, optimizer state). Every
+    such twin but the first gets a copy."""
+    owners: dict[UOp, list[Tensor]] = {}
+    for t, u in zip(tensors, old_uops):
+        if u.op is Ops.CONTIGUOUS and u in becomes and t.uop is becomes[u]: owners.setdefault(u, []).append(t)
+    for u, twins in owners.items():
+        for t in twins[1:]:
+            copy = Tensor(UOp(Ops.CONTIGUOUS, u.dtype, (becomes[u],)), requires_grad=False).realize()
+            t.uop = copy.uop
+
 def _apply_becomes(becomes: dict[UOp, UOp]) -> list[UOp]:
     """After scheduling, point every live tensor at the buffers (or constants) its graph became.
 
     A tensor's graph is swapped for a buffer, but autograd must still see how the value was
-    computed: for buffers whose graph depends on a tensor with requires_grad=True, the graph is
-    recorded as the buffer's origin (gradient.record_origins), which backward() follows. Nothing is
-    recorded when no tensor requires grad or under ``Tensor.no_grad``, so inference keeps no graphs.
-    Returns the recorded origins."""
+    computed: for buffers whose float graph depends on a live tensor (one with requires_grad=True,
+    or any float tensor, which ``gradient()`` may target), the graph is recorded as the buffer's
+    origin (gradient.record_origins), which backward() and gradient() follow. Nothing is recorded
+    under ``Tensor.no_grad``, for tensors with requires_grad=False, or for the graphs a backward()
+    with requires_grad=True tensors released. Returns the recorded origins."""
     if not becomes: return []
     tensors = list(all_tensors)
     old_uops = [t.uop for t in tensors]
@@ -1499,10 +1639,12 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> list[UOp]:
         if u in becomes: t.uop = becomes[u]
         elif u.op not in (Ops.BUFFER, Ops.CONST) and u.base.op is not Ops.BUFFER and any(x in becomes for x in u.toposort):
             t.uop = u.substitute(becomes)
+    _separate_contiguous_twins(tensors, old_uops, becomes)
     if Tensor.no_grad: return []
-    grad_leaves = {u for t, u in zip(tensors, old_uops) if t.requires_grad is True}
-    if not grad_leaves: return []
     changed = [(t, u) for t, u in zip(tensors, old_uops)
                if t.uop is not u and t.requires_grad is not False and not getattr(t, "_backward_done", False)]
+    if not changed: return []
+    grad_leaves = {u for t, u in zip(tensors, old_uops) if t.requires_grad is True}
+    value_leaves = {u for t, u in zip(tensors, old_uops) if dtypes.is_float(t.dtype)}
     from fusegrad.gradient import record_origins
-    return record_origins(becomes, [u for _, u in changed], grad_leaves, [t.uop for t, _ in changed])
+    return record_origins(becomes, [u for _, u in changed], grad_leaves, value_leaves, [t.uop for t, _ in changed])

@@ -139,3 +139,49 @@ def assert_decode_paths_agree(model, ref_next_token, prompt: list[int], count: i
     assert decode(model) == ref_tokens             # decode steps through model.forward_jit
     assert model.forward_jit.captured is not None and len(model.forward_jit.jit_cache) > 0
     assert decoding.generate(model, prompt, count) == ref_tokens[len(prompt):]
+
+# ---------------------------------------------------------------- running one kernel with given optimization actions
+def _poison(buffer) -> None:
+    """Fill an output buffer with a pattern no correct kernel leaves behind (NaN for floats), so a kernel that
+    skips stores can't pass on stale results."""
+    if buffer.dtype.itemsize == 4 and dtypes.is_float(buffer.dtype): pattern = np.full(buffer.size, 0x7FC00000, np.uint32)
+    elif buffer.dtype.itemsize == 2 and dtypes.is_float(buffer.dtype): pattern = np.full(buffer.size, 0x7E00, np.uint16)
+    else: pattern = np.full(buffer.nbytes, 0x5A, np.uint8)
+    buffer.copyin(memoryview(pattern.tobytes()))
+
+def run_kernel(item, opts, device: str) -> list[np.ndarray]:
+    """Run the kernel of schedule item ``item`` compiled with optimization actions ``opts`` ([] for none, None for
+    the heuristic's) on its buffers, and return copies of all its outputs (poisoned first, see ``_poison``)."""
+    from fusegrad import Device
+    from fusegrad.codegen import get_program
+    from fusegrad.engine.realize import CompiledRunner
+    program = get_program(item.ast, Device[device].renderer, opts)
+    buffers = item.bufs
+    for b in buffers: b.ensure_allocated()
+    for b in item.outputs: _poison(b)
+    CompiledRunner(program)(buffers, dict(item.var_vals))
+    return [b.numpy().copy() for b in item.outputs]
+
+def searchable_ast(ast):
+    """The kernel AST that ``get_program`` (and BEAM) applies actions to: simplified, gated indexes unwrapped.
+    Actions legal on a raw schedule AST may not be legal on this one (a size-1 loop folds away)."""
+    from fusegrad.uop.ops import graph_rewrite
+    from fusegrad.uop.symbolic import symbolic
+    from fusegrad.codegen.lowering import unwrap_gated_indexes
+    return unwrap_gated_indexes(graph_rewrite(ast, symbolic))
+
+def random_action_list(ast, renderer, choose, max_depth: int = 4) -> tuple:
+    """Apply 1..``max_depth`` random legal actions (from BEAM's candidates) to kernel ``ast``, one after another,
+    the way a BEAM search could; ``choose`` is a ``random.Random``. Returns (optimized ast, the actions)."""
+    from fusegrad.codegen.opt import KernelOptError, apply_opt
+    from fusegrad.codegen.opt.search import candidate_actions
+    opts = []
+    for _ in range(choose.randint(1, max_depth)):
+        actions = candidate_actions(ast, renderer)
+        choose.shuffle(actions)
+        for action in actions[:20]:
+            try: ast = apply_opt(ast, action, renderer)
+            except KernelOptError: continue
+            opts.append(action)
+            break
+    return ast, opts

@@ -158,7 +158,7 @@ def test_bad_random_and_creation_args(device):
 
 def test_assign_mismatch(device):
     t = Tensor.zeros(2, 3, device=device).contiguous().realize()
-    _raises_early(ValueError, _shape_pattern((2, 3), (3, 2)), lambda: t.assign(Tensor.ones(3, 2, device=device)))
+    _raises_early(ValueError, _shape_pattern((3, 2), (2, 3)), lambda: t.assign(Tensor.ones(3, 2, device=device)))
 
 def test_clip_needs_a_bound(device):
     _raises_early(RuntimeError, r"min_.*max_", lambda: Tensor([1.0], device=device).clip())
@@ -182,5 +182,5 @@ def test_mixing_devices_in_one_op():
     a, b = Tensor([1.0], device="CPU"), Tensor([1.0], device="PYTHON")
     with pytest.raises(ValueError, match=r"CPU.*PYTHON|PYTHON.*CPU"):
         a + b
-    with pytest.raises(ValueError, match=r"CPU.*PYTHON|PYTHON.*CPU"):
+    with pytest.raises(RuntimeError, match=r"CPU.*PYTHON|PYTHON.*CPU"):   # tinygrad's type for an assign across devices
         a.assign(b)

@@ -2,8 +2,8 @@
 checked against PyTorch.
 
 Realizing a tensor swaps its graph for a buffer; the graph is kept as the buffer's origin when it
-depends on a tensor with requires_grad=True, so backward() after .numpy()/.item()/.realize()
-gives the same gradients as PyTorch."""
+depends on a live float tensor (not under Tensor.no_grad), so backward() after
+.numpy()/.item()/.realize() gives the same gradients as PyTorch."""
 import gc, weakref
 import numpy as np
 import pytest
@@ -208,13 +208,38 @@ def test_no_grad_records_nothing():
 # ---------------------------------------------------------------- memory and work
 
 def test_no_grad_path_keeps_no_graph():
-    x = Tensor([1., 2., 3.])   # requires_grad not set: nothing to differentiate
+    x = Tensor([1., 2., 3.])
+    previous = Tensor.no_grad
+    Tensor.no_grad = True
+    try:
+        y = (x * 2).exp()
+        graph = weakref.ref(y.uop)
+        y.realize()
+    finally: Tensor.no_grad = previous
+    gc.collect()
+    assert graph() is None
+    assert origin_of(y.uop.base) is None
+
+def test_graph_without_requires_grad_freed_with_tensor():
+    # requires_grad not set: the graph is kept for gradient() while y lives, and freed with it
+    x = Tensor([1., 2., 3.])
     y = (x * 2).exp()
     graph = weakref.ref(y.uop)
     y.realize()
     gc.collect()
+    assert graph() is not None
+    np.testing.assert_allclose(y.sum().gradient(x)[0].numpy(), 2 * np.exp(2 * x.numpy()), rtol=1e-6)
+    del y
+    gc.collect()
     assert graph() is None
-    assert origin_of(y.uop.base) is None
+
+def test_non_float_result_keeps_no_graph():
+    x = Tensor([1., 2., 3.])
+    y = (x * 2 > 3)   # a bool: nothing to differentiate
+    graph = weakref.ref(y.uop)
+    y.realize()
+    gc.collect()
+    assert graph() is None
 
 def test_grad_path_graph_freed_with_tensor():
     x = Tensor([1., 2., 3.], requires_grad=True)
@@ -266,3 +291,14 @@ def test_assign_to_lazy_param_keeps_no_graph():
     assert origin_of(w.uop.base) is None
     (w * w).sum().backward()
     np.testing.assert_allclose(w.grad.numpy(), [2., 4., 6.])
+
+def test_equal_constant_leaves_get_their_own_gradients():
+    # constants are interned UOps: two Tensor.ones(3, requires_grad=True) (and the plain Tensor.ones(3)
+    # in the graph) were one node, so each leaf got the sum of all three gradients
+    x = np.array([1., 2., 3.], dtype=np.float32)
+    a, b = Tensor.ones(3, requires_grad=True), Tensor.ones(3, requires_grad=True)
+    (Tensor(x) * a + Tensor(x) ** 2 * b + Tensor.ones(3) * Tensor(x)).sum().backward()
+    ta, tb = torch.ones(3, requires_grad=True), torch.ones(3, requires_grad=True)
+    (torch.tensor(x) * ta + torch.tensor(x) ** 2 * tb + torch.ones(3) * torch.tensor(x)).sum().backward()
+    _close(a.grad, ta.grad)
+    _close(b.grad, tb.grad)

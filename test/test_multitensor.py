@@ -364,12 +364,114 @@ def test_errors(rng):
     a = data(rng, 3, 4)
     with pytest.raises(ValueError, match="empty"): Tensor(a).shard(())
     with pytest.raises(RuntimeError, match="unknown device"): Tensor(a).shard(("CPU:1", "NOPE:2"))
-    with pytest.raises(ValueError, match=r"\(3, 4\).*axis 0.*CPU:1.*not divisible"): Tensor(a).shard(D2, 0)
+    with pytest.raises(RuntimeError, match=r"\(3, 4\).*axis 0.*CPU:1.*not divisible"): Tensor(a).shard(D2, 0)
     with pytest.raises(IndexError): Tensor(a).shard(D2, 2)
     with pytest.raises(TypeError): Tensor(a).shard("CPU:1")
     x, y = Tensor(a).shard(D2, 1), Tensor(a).shard(("CPU:3", "CPU:4"), 1)
     with pytest.raises(ValueError, match="different devices"): x + y
-    with pytest.raises(ValueError, match="device"): Tensor(a).realize().assign(x)
+    with pytest.raises(RuntimeError, match="device"): Tensor(a).realize().assign(x)
     GlobalCounters.reset()
     with pytest.raises(ValueError, match="move elements between shards"): x.reshape(2, 6).realize()
     assert GlobalCounters.kernel_count == 0
+
+# ---------------------------------------------------------------- a data-parallel ResNet-style step
+
+class _ResidualNet:
+    """conv -> BatchNorm -> relu, a residual block of two convs with BatchNorm, pooling, a linear head."""
+    def __init__(self):
+        self.stem, self.stem_bn = nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.c1, self.bn1 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.c2, self.bn2 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.head = nn.Linear(8, 5)
+    def __call__(self, x):
+        x = self.stem_bn(self.stem(x)).relu()
+        x = (x + self.bn2(self.c2(self.bn1(self.c1(x)).relu()))).relu()
+        return self.head(x.mean((2, 3)))
+
+@pytest.mark.parametrize("devices", [D2, D4], ids=["2 devices", "4 devices"])
+def test_data_parallel_resnet_step_equals_single_device(rng, devices):
+    """Batch split over the devices, parameters (and BatchNorm statistics) replicated: three SGD steps
+    give the single-device parameters within 1e-6."""
+    x, y = data(rng, 8, 3, 8, 8), rng.integers(0, 5, (8,)).astype(np.int32)
+    def train(devices):
+        Tensor.manual_seed(4)
+        model = _ResidualNet()
+        state = get_state_dict(model)
+        Tensor.realize(*state.values())
+        if devices is not None:
+            for t in state.values(): t.shard_(devices).realize()
+        params = get_parameters(model)
+        opt = SGD([p for p in params if p.requires_grad is not False], lr=0.05, momentum=0.9)
+        X, Y = Tensor(x), Tensor(y)
+        if devices is not None: X, Y = X.shard(devices, 0), Y.shard(devices, 0)
+        with Tensor.train():
+            for _ in range(3):
+                opt.zero_grad()
+                model(X).sparse_categorical_crossentropy(Y).backward()
+                opt.step()
+        return {name: t.numpy() for name, t in state.items()}
+    single, parallel = train(None), train(devices)
+    for name in single: np.testing.assert_allclose(parallel[name], single[name], rtol=1e-6, atol=1e-6, err_msg=name)
+
+@pytest.mark.parametrize("devices", [None, D2], ids=["1 device", "2 devices"])
+def test_two_batchnorms_of_one_size_get_their_own_gradients(rng, devices):
+    """The smallest graph that showed the ResNet mismatch: two equal-sized BatchNorms in a row. Their
+    weights start as the same constant (ones); as interned constant UOps both BNs' weights were one
+    node, so each got the sum of both gradients (plus that of every equal constant in the graph)."""
+    x, scale = data(rng, 4, 4, 2, 2), data(rng, 4, 4, 2, 2)
+    first, second = nn.BatchNorm2d(4), nn.BatchNorm2d(4)
+    params = [first.weight, first.bias, second.weight, second.bias]
+    X = Tensor(x) if devices is None else Tensor(x).shard(devices, 0)
+    if devices is not None:
+        for t in [*get_state_dict(first).values(), *get_state_dict(second).values()]: t.shard_(devices)
+    with Tensor.train():
+        (second(first(X).relu()) * Tensor(scale).shard_like(X)).sum().backward()
+    reference = [torch.nn.BatchNorm2d(4), torch.nn.BatchNorm2d(4)]
+    (reference[1](reference[0](torch.tensor(x)).relu()) * torch.tensor(scale)).sum().backward()
+    expected = [p.grad.numpy() for bn in reference for p in (bn.weight, bn.bias)]
+    for name, t, grad in zip(("first.weight", "first.bias", "second.weight", "second.bias"), params, expected):
+        np.testing.assert_allclose(t.grad.numpy(), grad, rtol=1e-5, atol=1e-5, err_msg=name)
+
+# ---------------------------------------------------------------- tinygrad's multi-device API details
+
+def test_uneven_shard_is_a_runtime_error():
+    with pytest.raises(RuntimeError, match="not divisible by 3"): Tensor.arange(10).shard(("CPU:1", "CPU:2", "CPU:3"), axis=0)
+
+def test_mem_used_per_device():
+    before = dict(GlobalCounters.mem_used_per_device)
+    t = Tensor.ones(8, 4).contiguous().shard(D2, axis=0).realize()
+    for device in D2: assert GlobalCounters.mem_used_per_device[device] - before.get(device, 0) >= 4 * 4 * 4
+    del t
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_like_constructors_keep_the_sharding(axis):
+    t = Tensor.ones(4, 6).contiguous().shard(D2, axis=axis)
+    for made in (t.zeros_like(), t.ones_like(), t.full_like(3.0), t.rand_like(), t.randn_like()):
+        assert made.device == D2 and made.uop.axis == axis and made.shape == (4, 6)
+    assert t.full_like(3.0).numpy().tolist() == [[3.0] * 6] * 4
+    with pytest.raises(RuntimeError, match="device"): t.zeros_like(device="CPU")
+
+def test_rand_like_of_a_split_tensor_draws_per_device():
+    Tensor.manual_seed(9)
+    split = Tensor.ones(4, 2).shard(D2, axis=0).rand_like().numpy()
+    Tensor.manual_seed(9)
+    first, second = Tensor.rand(2, 2, device="CPU:1").numpy(), Tensor.rand(2, 2, device="CPU:2").numpy()
+    np.testing.assert_array_equal(split, np.concatenate([first, second]))
+
+def test_random_and_empty_constructors_on_device_tuples():
+    with pytest.raises(ValueError, match="single device"): Tensor.rand(4, device=D2)
+    empty = Tensor.empty(4, 2, device=D2)
+    assert empty.device == D2 and empty.uop.axis is None and empty.shape == (4, 2)
+
+def test_shard_like():
+    w = Tensor.ones(4, 2).shard(D2, axis=0)
+    x = Tensor(np.arange(8, dtype=np.float32).reshape(4, 2)).shard_like(w)
+    assert x.device == D2 and x.uop.axis == 0
+    np.testing.assert_array_equal(x.numpy(), np.arange(8).reshape(4, 2))
+    assert x.shard_like(w) is x
+    assert Tensor([1.0]).shard_like(Tensor([2.0], device="CPU:3")).device == "CPU:3"
+
+def test_assign_between_devices_raises_before_work():
+    single, split = Tensor.zeros(4, 4).contiguous().realize(), Tensor.ones(4, 4).contiguous().shard(D2, axis=0).realize()
+    with pytest.raises(RuntimeError, match="device"): single.assign(split)
+    with pytest.raises(RuntimeError, match="device"): split.assign(single)

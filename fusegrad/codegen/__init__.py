@@ -55,6 +55,9 @@ def _is_index_math(x: UOp) -> bool:
 
 def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> ProgramSpec:
     """Optimize, lower, linearize and render one kernel."""
+    # every buffer slot stays a kernel parameter even if simplification drops its last use
+    # (c.where(x, x) no longer reads c): callers pass buffers by slot, so a missing one would shift the rest
+    params = sorted({x for x in ast.toposort if x.op is Ops.PARAM}, key=lambda p: p.arg)
     ast = unwrap_gated_indexes(graph_rewrite(ast, symbolic))
     name = kernel_name(ast)
     if DEBUG >= 5: print(f"kernel {name}:\n{ast}")
@@ -75,6 +78,7 @@ def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Progr
     if renderer.vector_loops: ast = load_contiguous_lanes(ast)
     ast = narrow_index_dtype(ast)
     uops = linearize(ast)
+    uops = [p for p in params if p not in uops] + uops
     # innermost UPCAST loops as straight-line vector code, where the renderer has vector types
     if renderer.vector_loops and VECTORIZE: uops = vectorize_loops(uops, renderer.max_vector_bytes)
     if DEBUG >= 6:

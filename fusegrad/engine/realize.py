@@ -7,7 +7,7 @@ from __future__ import annotations
 import concurrent.futures, dataclasses, os, time
 from dataclasses import dataclass, field
 from typing import Any, Callable
-from fusegrad.device import Device, Buffer
+from fusegrad.device import Device, Buffer, MallocAllocator
 from fusegrad.helpers import DEBUG, GlobalCounters, colored, BEAM, NOOPT, ansilen
 from fusegrad.uop.ops import UOp, Ops, sym_infer
 from fusegrad.renderer import ProgramSpec
@@ -46,7 +46,10 @@ class BufferCopy(Runner):
         dest, src = bufs[0], bufs[1]
         start = time.perf_counter()
         if dest.nbytes != src.nbytes: raise RuntimeError(f"copy between buffers of {src.nbytes} and {dest.nbytes} bytes")
-        dest.copyin(src.as_buffer(allow_zero_copy=True))
+        readinto = getattr(src.ensure_allocated().allocator, "readinto", None)
+        if readinto is not None and isinstance(dest.ensure_allocated().allocator, MallocAllocator):
+            readinto(src._buf, dest.allocator._as_buffer(dest._buf))   # a file (DISK) read straight into host memory
+        else: dest.copyin(src.as_buffer(allow_zero_copy=True))
         return time.perf_counter() - start if wait else None
 
 method_cache: dict[tuple[str, UOp, Any], CompiledRunner] = {}

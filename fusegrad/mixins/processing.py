@@ -27,16 +27,36 @@ class _ConvInputGradient:
     (dilation d) with the weights flipped and with in/out channels swapped (per group). A strided,
     undilated conv does it per stride phase (``_polyphase``); a strided and dilated one stuffs
     stride-1 zeros between the gradient's elements first. Rows and columns no window reached get
-    zeros. The weight gradient still comes from ordinary autograd through the windows."""
+    zeros. The weight gradient still comes from ordinary autograd through the windows, rebuilt
+    with the input held constant (``weight_gradient``), so each path is counted exactly once."""
     groups: int
     kernel: tuple
     stride: tuple
     dilation: tuple
+    acc_dtype: Any = None
+    dtype: Any = None
     def __call__(self, node: UOp, grad: UOp) -> tuple:
+        return self.input_gradient(node, grad), self.weight_gradient(node, grad)
+
+    def weight_gradient(self, node: UOp, grad: UOp) -> UOp | None:
+        """d out / d weight with the input held constant. The forward value (``node.src[0]``) can't be
+        differentiated as it is: the input may itself depend on the weight (``(x*w).conv2d(w)``, or
+        input and weight the same tensor), and that path is already covered by the input gradient
+        flowing back into the input's own graph; counting it here too would count it twice. So the
+        windowed product is rebuilt from a DETACHed input and the weight, and differentiated."""
         from fusegrad.gradient import compute_gradient
         Tensor = _T()
-        value, x_node, w_node = node.src
-        dw = compute_gradient(value, grad, {w_node}).get(w_node)
+        _, x_node, w_node = node.src
+        constant_input = Tensor(UOp(Ops.DETACH, x_node.dtype, (x_node,)), requires_grad=False)
+        value = _conv_windows_product(constant_input, Tensor(w_node), self.groups, self.kernel, self.stride, self.dilation,
+                                      self.acc_dtype, self.dtype)
+        return compute_gradient(value.uop, grad, {w_node}).get(w_node)
+
+    def input_gradient(self, node: UOp, grad: UOp) -> UOp:
+        """d out / d (padded) input with the weight held constant (the weight's values are read, never
+        differentiated here)."""
+        Tensor = _T()
+        _, x_node, w_node = node.src
         w = Tensor(w_node, requires_grad=False)
         cout, cin = w.shape[:2]
         swapped = w.reshape(self.groups, cout // self.groups, cin, *self.kernel).transpose(1, 2)
@@ -44,7 +64,7 @@ class _ConvInputGradient:
         flipped = swapped.flip(*range(2, 2 + len(self.kernel)))
         g = Tensor(grad, requires_grad=False)
         if any(s > 1 for s in self.stride) and all(d == 1 for d in self.dilation):
-            return self._polyphase(g, flipped, x_node).cast(x_node.dtype).uop, dw
+            return self._polyphase(g, flipped, x_node).cast(x_node.dtype).uop
         if any(s > 1 for s in self.stride):   # stride-1 zeros between elements (as conv_transpose2d does)
             g = g.reshape(*g.shape[:2], *flatten((n, 1) for n in g.shape[2:]))
             g = g.pad((None, None, *flatten((None, (0, s - 1)) for s in self.stride)))
@@ -57,7 +77,7 @@ class _ConvInputGradient:
         # input rows/columns past the last window (a stride that doesn't divide) get no gradient
         missing = [i - o for i, o in zip(x_node.shape[2:], dx.shape[2:])]
         if any(missing): dx = dx.pad(_grouped_to_flat([(0, m) for m in missing]))
-        return dx.uop, dw
+        return dx.uop
 
     def _polyphase(self, g: "Tensor", flipped: "Tensor", x_node: UOp) -> "Tensor":
         """A strided conv's input gradient without the stuffed zeros: input position s*q + r (phase r)
@@ -88,10 +108,21 @@ class _ConvInputGradient:
         dx = stacked.permute(*order).reshape(*results[0].shape[:2], *[q * s for q, s in zip(phases_out, self.stride)])
         return dx.shrink((None, None, *[(0, i) for i in sizes]))
 
-def _with_conv_input_gradient(ret: "Tensor", padded: "Tensor", weight: "Tensor", groups: int, HW: tuple, stride: tuple,
-                              dilation: tuple) -> "Tensor":
-    """``ret`` with the explicit input gradient of _ConvInputGradient attached."""
-    rule = _ConvInputGradient(groups, tuple(HW), tuple(stride), tuple(dilation))
+def _conv_windows_product(padded: "Tensor", weight: "Tensor", groups: int, HW: tuple, stride: tuple, dilation: tuple,
+                          acc_dtype: Any, dtype: Any) -> "Tensor":
+    """The convolution of an already padded input as a product of sliding windows and the weight,
+    summed over input channels and kernel taps: shape ``(N, Cout, *out_spatial)``."""
+    bs, cout, cin = padded.shape[0], weight.shape[0], weight.shape[1]
+    x = padded._pool(HW, stride, dilation)   # (bs, groups*cin, *oyx, *HW)
+    rcout, oyx = cout // groups, x.shape[2:-len(HW)]
+    x = x.reshape(bs, groups, cin, 1, *oyx, *HW).expand(bs, groups, cin, rcout, *oyx, *HW)
+    x = x.permute(0, 1, 3, *[4 + i for i in range(len(oyx))], 2, *[4 + len(oyx) + i for i in range(len(HW))])
+    # broadcast to (bs, groups, rcout, *oyx, cin, *HW) and reduce cin and the kernel
+    ret = (x * weight.reshape(1, groups, rcout, *[1] * len(oyx), cin, *HW))
+    return ret.sum([-1 - i for i in range(1 + len(oyx))], keepdim=True, acc_dtype=acc_dtype, dtype=dtype).reshape(bs, cout, *oyx)
+
+def _with_conv_gradient(ret: "Tensor", padded: "Tensor", weight: "Tensor", rule: _ConvInputGradient) -> "Tensor":
+    """``ret`` with the explicit gradient rule of _ConvInputGradient attached."""
     return _T()(UOp(Ops.CUSTOM, ret.dtype, (ret.uop, padded.uop, weight.uop), rule), requires_grad=ret.requires_grad)
 
 def _T() -> type:
@@ -222,14 +253,9 @@ class ProcessingMixin:
         for k, d, i in zip(HW, d_, x.shape[2:]):
             if d * (k - 1) + 1 > i:
                 raise ValueError(f"kernel {tuple(HW)} (dilation {d_}) is larger than the padded input {tuple(x.shape[2:])}")
-        x = x._pool(HW, s_, d_)   # (bs, groups*cin, *oyx, *HW)
-        rcout, oyx = cout // groups, x.shape[2:-len(HW)]
-        x = x.reshape(bs, groups, cin, 1, *oyx, *HW).expand(bs, groups, cin, rcout, *oyx, *HW)
-        x = x.permute(0, 1, 3, *[4 + i for i in range(len(oyx))], 2, *[4 + len(oyx) + i for i in range(len(HW))])
-        # broadcast to (bs, groups, rcout, *oyx, cin, *HW) and reduce cin and the kernel
-        ret = (x * weight.reshape(1, groups, rcout, *[1] * len(oyx), cin, *HW))
-        ret = ret.sum([-1 - i for i in range(1 + len(oyx))], keepdim=True, acc_dtype=acc_dtype, dtype=dtype).reshape(bs, cout, *oyx)
-        if dtypes.is_float(ret.dtype): ret = _with_conv_input_gradient(ret, padded, weight, groups, HW, s_, d_)
+        ret = _conv_windows_product(padded, weight, groups, tuple(HW), s_, d_, acc_dtype, dtype)
+        if dtypes.is_float(ret.dtype):
+            ret = _with_conv_gradient(ret, padded, weight, _ConvInputGradient(groups, tuple(HW), s_, d_, acc_dtype, dtype))
         return ret if bias is None else ret.add(bias.reshape(1, -1, *[1] * len(HW)))
 
     def conv_transpose2d(self: "Tensor", weight: "Tensor", bias: "Tensor | None" = None, groups: int = 1, stride: int | Sequence[int] = 1,
@@ -618,34 +644,66 @@ class ProcessingMixin:
         k = Tensor.arange(count, device=self.device, requires_grad=False)
         return (csum.unsqueeze(0) <= k.unsqueeze(-1)).cast(dtypes.int32).sum(-1, dtype=dtypes.int32)
 
-    def masked_select(self: "Tensor", mask: "Tensor") -> "Tensor":
-        """The entries where ``mask`` is True, as a 1-d tensor (its size depends on the data, so the
-        mask's count is computed first).
+    def _nonzero_positions_sized(self: "Tensor", mask: "Tensor", size: int) -> tuple["Tensor", "Tensor"]:
+        """The first ``size`` flat positions of the True entries of a 1-d bool ``mask``, and which of
+        them exist (k < count). Nothing is realized, so the shape doesn't depend on the data."""
+        Tensor, dtypes = _T(), _dt()
+        if not isinstance(size, int) or size < 0: raise ValueError(f"size must be a non-negative int, got {size!r}")
+        csum = mask.cast(dtypes.int32).cumsum(0) if mask.shape[0] else Tensor.zeros(1, dtype=dtypes.int32, device=self.device)
+        k = Tensor.arange(size, device=self.device, requires_grad=False)
+        # position k = number of entries whose running count is <= k (the mask length when k >= count)
+        positions = (csum.unsqueeze(0) <= k.unsqueeze(-1)).cast(dtypes.int32).sum(-1, dtype=dtypes.int32)
+        return positions.clip(0, max(mask.shape[0] - 1, 0)), k < csum[-1]
+
+    def masked_select(self: "Tensor", mask: "Tensor", size: int | None = None, fill_value: Any = 0) -> "Tensor":
+        """The entries where ``mask`` is True, as a 1-d tensor. Without ``size`` its length depends on
+        the data, so the mask's count is computed first; with ``size=N`` the result has N entries,
+        the missing ones ``fill_value`` (cast to the dtype), extra ones dropped, and nothing is realized.
 
         >>> Tensor([1, 2, 3]).masked_select(Tensor([True, False, True])).tolist()
         [1, 3]
+        >>> Tensor([1, 2, 3]).masked_select(Tensor([True, False, True]), size=3, fill_value=-1).tolist()
+        [1, 3, -1]
         """
         Tensor, dtypes = _T(), _dt()
         if not isinstance(mask, Tensor) or mask.dtype != dtypes.bool: raise RuntimeError(f"masked_select needs a bool mask tensor, got {getattr(mask, 'dtype', type(mask))}")
         from fusegrad.tensor import _broadcast_shape
         shape = _broadcast_shape(self.shape, mask.shape)
         x, m = self._broadcast_to(shape).flatten(), mask._broadcast_to(shape).flatten()
+        if size is not None:
+            positions, exists = self._nonzero_positions_sized(m, size)
+            values = x.gather(0, positions) if x.shape[0] else Tensor.zeros(size, dtype=self.dtype, device=self.device)
+            return exists.where(values, fill_value).cast(self.dtype)
         pos = self._nonzero_flat(m)
         if pos.shape[0] == 0: return x.shrink(((0, 0),))
         return x.gather(0, pos)
 
-    def nonzero(self: "Tensor") -> "Tensor":
-        """Indices of the non-zero entries, shape ``(count, ndim)``, int32, in row-major order.
+    def nonzero(self: "Tensor", size: int | None = None, fill_value: Any = 0) -> "Tensor":
+        """Indices of the non-zero entries, shape ``(count, ndim)``, int32, in row-major order. With
+        ``size=N`` the shape is ``(N, ndim)``: missing rows are ``fill_value``, extra ones dropped, and
+        nothing is realized (the count isn't needed).
 
         >>> Tensor([0, 3, 0, 4]).nonzero().tolist()
         [[1], [3]]
+        >>> Tensor([0, 3, 0, 4]).nonzero(size=3, fill_value=-1).tolist()
+        [[1], [3], [-1]]
         """
         Tensor, dtypes = _T(), _dt()
+        if size is not None: return self._nonzero_sized(size, fill_value)
         pos = self._nonzero_flat((self != 0).flatten() if self.ndim else (self != 0).reshape(1))
         if self.ndim == 0: return pos.reshape(pos.shape[0], 0)
         strides = [prod(self.shape[i + 1:]) for i in range(self.ndim)]
         if pos.shape[0] == 0: return Tensor.zeros(0, self.ndim, dtype=dtypes.int32, device=self.device)
         return Tensor.stack(*[pos.idiv(st).mod(sz) if sz else pos for st, sz in zip(strides, self.shape)], dim=-1)
+
+    def _nonzero_sized(self: "Tensor", size: int, fill_value: Any) -> "Tensor":
+        Tensor, dtypes = _T(), _dt()
+        flat = (self != 0).flatten() if self.ndim else (self != 0).reshape(1)
+        positions, exists = self._nonzero_positions_sized(flat, size)
+        if self.ndim == 0: return Tensor.zeros(size, 0, dtype=dtypes.int32, device=self.device)
+        strides = [prod(self.shape[i + 1:]) for i in range(self.ndim)]
+        coords = Tensor.stack(*[positions.idiv(st).mod(sz) if sz else positions for st, sz in zip(strides, self.shape)], dim=-1)
+        return exists.unsqueeze(-1).where(coords, fill_value).cast(dtypes.int32)
 
     # ================================================================ sorting
     def sort(self: "Tensor", dim: int = -1, descending: bool = False) -> tuple["Tensor", "Tensor"]:

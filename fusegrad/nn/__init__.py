@@ -12,8 +12,9 @@ tinygrad (and PyTorch) and state dicts interchange.
 from __future__ import annotations
 import math
 from fusegrad.tensor import Tensor
-from fusegrad.dtype import dtypes
+from fusegrad.dtype import DType, dtypes
 from fusegrad.helpers import prod, flatten
+from fusegrad.nn import optim, state, datasets  # noqa: F401,E402  (tinygrad's nn imports them too)
 
 __all__ = ["BatchNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d",
            "Linear", "GroupNorm", "InstanceNorm", "LayerNorm", "LayerNorm2d", "RMSNorm", "Embedding", "LSTMCell"]
@@ -24,6 +25,16 @@ def _make_tuple(x: int | tuple | list, cnt: int) -> tuple:
 def _channel_shape(x: Tensor) -> tuple:
     """(1, -1, 1, ...): a per-channel vector laid along axis 1 of ``x``."""
     return (1, -1) + (1,) * (x.ndim - 2)
+
+def _filled(*shape: int, value: float, dtype: DType | None = None, requires_grad: bool | None = None) -> Tensor:
+    """A tensor of ``value`` in a buffer of its own (written when first realized), for parameters and
+    statistics that start constant. Why not ``Tensor.full``: a constant is an interned UOp, so every
+    ``Tensor.ones(8)`` is the same node; autograd keys gradients by node, so two layers' weights would
+    each get the sum of both gradients (and of every equal constant in the graph). tinygrad 0.14's
+    ``Tensor.ones`` is a fresh buffer too."""
+    constant = Tensor.full(shape, value, dtype=dtype or dtypes.default_float, requires_grad=requires_grad)
+    if prod(shape) == 0: return constant   # no elements, no gradient to mix up (and no buffer to write)
+    return Tensor.empty(*shape, dtype=constant.dtype, requires_grad=requires_grad).assign(constant)
 
 class BatchNorm:
     """Batch normalization over axis 1 (the channels) of an (N, C, ...) input.
@@ -40,11 +51,11 @@ class BatchNorm:
     """
     def __init__(self, sz: int, eps: float = 1e-5, affine: bool = True, track_running_stats: bool = True, momentum: float = 0.1):
         self.eps, self.track_running_stats, self.momentum = eps, track_running_stats, momentum
-        self.weight: Tensor | None = Tensor.ones(sz) if affine else None
-        self.bias: Tensor | None = Tensor.zeros(sz) if affine else None
-        self.num_batches_tracked = Tensor.zeros(1, dtype=dtypes.int64, requires_grad=False)
+        self.weight: Tensor | None = _filled(sz, value=1.0) if affine else None
+        self.bias: Tensor | None = _filled(sz, value=0.0) if affine else None
+        self.num_batches_tracked = _filled(1, value=0, dtype=dtypes.int64, requires_grad=False)
         if track_running_stats:
-            self.running_mean, self.running_var = Tensor.zeros(sz, requires_grad=False), Tensor.ones(sz, requires_grad=False)
+            self.running_mean, self.running_var = _filled(sz, value=0.0, requires_grad=False), _filled(sz, value=1.0, requires_grad=False)
 
     def calc_stats(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """(mean, biased variance) per channel: the running ones outside training, else the batch's."""
@@ -162,8 +173,8 @@ class GroupNorm:
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
         if num_channels % num_groups: raise ValueError(f"num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
         self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
-        self.weight: Tensor | None = Tensor.ones(num_channels) if affine else None
-        self.bias: Tensor | None = Tensor.zeros(num_channels) if affine else None
+        self.weight: Tensor | None = _filled(num_channels, value=1.0) if affine else None
+        self.bias: Tensor | None = _filled(num_channels, value=0.0) if affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
         x = x.reshape(x.shape[0], self.num_groups, -1).layernorm(eps=self.eps).reshape(x.shape)
@@ -180,8 +191,8 @@ class InstanceNorm:
     """
     def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True):
         self.num_features, self.eps = num_features, eps
-        self.weight: Tensor | None = Tensor.ones(num_features) if affine else None
-        self.bias: Tensor | None = Tensor.zeros(num_features) if affine else None
+        self.weight: Tensor | None = _filled(num_features, value=1.0) if affine else None
+        self.bias: Tensor | None = _filled(num_features, value=0.0) if affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
         x = x.reshape(x.shape[0], self.num_features, -1).layernorm(eps=self.eps).reshape(x.shape)
@@ -199,8 +210,8 @@ class LayerNorm:
     def __init__(self, normalized_shape: int | tuple, eps: float = 1e-5, elementwise_affine: bool = True):
         self.normalized_shape: tuple = _make_tuple(normalized_shape, 1)
         self.axis, self.eps, self.elementwise_affine = tuple(-1 - i for i in range(len(self.normalized_shape))), eps, elementwise_affine
-        self.weight: Tensor | None = Tensor.ones(*self.normalized_shape) if elementwise_affine else None
-        self.bias: Tensor | None = Tensor.zeros(*self.normalized_shape) if elementwise_affine else None
+        self.weight: Tensor | None = _filled(*self.normalized_shape, value=1.0) if elementwise_affine else None
+        self.bias: Tensor | None = _filled(*self.normalized_shape, value=0.0) if elementwise_affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
         if tuple(self.normalized_shape) != tuple(x.shape[-len(self.normalized_shape):]):
@@ -227,7 +238,7 @@ class RMSNorm:
     """
     def __init__(self, dim: int, eps: float = 1e-6, elementwise_affine: bool = True):
         self.eps = eps
-        self.weight: Tensor | None = Tensor.ones(dim) if elementwise_affine else None
+        self.weight: Tensor | None = _filled(dim, value=1.0) if elementwise_affine else None
 
     def _norm(self, x: Tensor) -> Tensor: return x * (x.square().mean(-1, keepdim=True) + self.eps).rsqrt()
 
@@ -270,8 +281,8 @@ class LSTMCell:
         stdv = 1.0 / math.sqrt(hidden_size)
         self.weight_ih = Tensor.uniform(hidden_size * 4, input_size, low=-stdv, high=stdv)
         self.weight_hh = Tensor.uniform(hidden_size * 4, hidden_size, low=-stdv, high=stdv)
-        self.bias_ih: Tensor | None = Tensor.zeros(hidden_size * 4) if bias else None
-        self.bias_hh: Tensor | None = Tensor.zeros(hidden_size * 4) if bias else None
+        self.bias_ih: Tensor | None = _filled(hidden_size * 4, value=0.0) if bias else None
+        self.bias_hh: Tensor | None = _filled(hidden_size * 4, value=0.0) if bias else None
 
     def __call__(self, x: Tensor, hc: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         hidden = self.weight_hh.shape[1]

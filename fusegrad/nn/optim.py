@@ -25,37 +25,6 @@ def _check_training() -> None:
     assert Tensor.training, (f"Tensor.training={Tensor.training}, Tensor.training must be enabled to use the optimizer.\n"
                              "  - help: Consider setting Tensor.training=True before calling Optimizer.step().")
 
-def _written_buffers(params: list[Tensor]) -> set[UOp]:
-    return {t.uop.base for t in params if t.uop.base.op is Ops.BUFFER}
-
-# ops that read their sources at the same element index as they write
-_SAME_INDEX = GroupOp.Elementwise | {Ops.RESHAPE, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD}
-
-class _HazardCheck:
-    """Does a lazy tensor read a param buffer that this step overwrites, other than ``own`` read at
-    the same element (which the fused update kernel of that param can do safely)?"""
-    def __init__(self, written: set[UOp]):
-        self.written = written
-        self.same_index: dict[UOp, frozenset] = {}   # written buffers reached through same-index ops only
-        self.other: dict[UOp, frozenset] = {}        # written buffers reached through any other path
-    def _visit(self, root: UOp) -> None:
-        if root in self.same_index: return
-        for x in root.toposort:
-            if x in self.same_index: continue
-            if x.op is Ops.BUFFER:
-                self.same_index[x], self.other[x] = (frozenset({x}) if x in self.written else frozenset()), frozenset()
-            elif x.op in _SAME_INDEX:
-                self.same_index[x] = frozenset().union(*(self.same_index[s] for s in x.src))
-                self.other[x] = frozenset().union(*(self.other[s] for s in x.src))
-            else:
-                self.same_index[x] = frozenset()
-                self.other[x] = frozenset().union(*(self.same_index[s] | self.other[s] for s in x.src))
-    def __call__(self, t: Tensor, own: UOp | None) -> bool:
-        if t.uop.base.op is Ops.BUFFER and t.uop.op is not Ops.ASSIGN: return False    # already computed
-        self._visit(t.uop)
-        reads = self.same_index[t.uop] | self.other[t.uop]
-        return bool(reads - {own}) or own in self.other[t.uop]
-
 def _stored(t: Tensor) -> Tensor:
     """``t`` computed once into its own buffer when it is used by several state updates (the
     scheduler would otherwise recompute an unrealized gradient, a reduce, in each of them)."""
@@ -66,15 +35,16 @@ class Optimizer:
     to True, and those with ``requires_grad=False`` are kept as ``buffers`` (realized with each
     step but not updated). ``lr`` is a float32 (at least) Tensor so it can be changed mid-training
     with ``opt.lr.assign(...)`` or by replacing it. ``fused`` (tinygrad's FUSE_OPTIM) is accepted for
-    compatibility; the per-param updates already realize together in one schedule.
+    compatibility; the per-param updates already realize together in one schedule. ``device`` (default:
+    the first param's) is where the learning rate and the optimizer state (momentum, moments) live.
     """
-    def __init__(self, params: list[Tensor], lr: float, fused: bool = False):
+    def __init__(self, params: list[Tensor], lr: float, device: str | tuple | None = None, fused: bool = False):
         params = list(params)
         for x in params:
             if x.requires_grad is None: x.requires_grad = True
         self.params: list[Tensor] = dedup([x for x in params if x.requires_grad])
         if not self.params: raise ValueError("optimizer must have at least one param (with requires_grad not False)")
-        self.device = self.params[0].device
+        self.device = device if device is not None else self.params[0].device
         self.buffers: list[Tensor] = dedup([x for x in params if not x.requires_grad])
         # the learning rate is stored in at least float32 so a large lr doesn't overflow a half default_float
         lr_dtype = least_upper_dtype(dtypes.default_float, dtypes.float32)
@@ -84,10 +54,18 @@ class Optimizer:
     def _new_optim_param(self) -> list[Tensor]:
         """A zero float32 (``OPTIM_DTYPE``) state tensor per param, in its own buffer."""
         dtype = to_dtype(getenv("OPTIM_DTYPE", "float32"))
-        return [Tensor.zeros(*t.shape, dtype=dtype, device=t.device, requires_grad=False).contiguous().realize() for t in self.params]
+        # a multi-device optimizer keeps each state tensor where its param is (sharded like it)
+        def device_of(t: Tensor) -> str | tuple: return t.device if isinstance(self.device, tuple) else self.device
+        return [Tensor.zeros(*t.shape, dtype=dtype, device=device_of(t), requires_grad=False).contiguous().realize() for t in self.params]
+
+    def _on_state_device(self, x: Tensor) -> Tensor:
+        """``x`` copied to a single-device optimizer's ``device`` (where its lr and state live); the new
+        param values are copied back in ``_schedule_updates``."""
+        return x.to(self.device) if isinstance(self.device, str) and x.device != self.device else x
 
     def zero_grad(self) -> None:
-        """Forget the gradients (set ``.grad`` to None) of every param."""
+        """Forget the gradients (set ``.grad`` to None) of every param, so the next backward() starts
+        a new sum instead of adding to the previous step's."""
         for param in self.params: param.grad = None
 
     def step(self) -> None:
@@ -95,34 +73,31 @@ class Optimizer:
         Tensor.realize(*self.schedule_step())
 
     def schedule_step(self) -> list[Tensor]:
-        """Assign the updated values (lazily) and return every tensor that must be realized.
-        Gradients that read params this step overwrites are computed right away (see ``_prepare``)."""
+        """Assign the updated values (lazily) and return every tensor that must be realized. The
+        scheduler runs every read of a param's old value before the assign that overwrites it."""
         _check_training()
-        if first := self._prepare(_written_buffers(self.params)): Tensor.realize(*first)
+        self._prepare()
         return self._schedule_updates()
 
-    def _prepare(self, written: set[UOp]) -> list[Tensor]:
-        """Pick the gradients for this step. A lazy gradient (or pending buffer) that reads a param
-        buffer which this step overwrites -- other than its own param at the same element -- is
-        returned to be computed first, so that it sees the old values: the scheduler doesn't yet
-        order such reads before the assigns that overwrite them."""
+    def _prepare(self) -> None:
+        """Pick the gradients for this step."""
         for t in self.params:
             if t.grad is None: raise RuntimeError(f"param of shape {t.shape} has no .grad; call backward() before step()")
-        hazards = _HazardCheck(written)
-        self._grads, first = [], []
+        self._grads = []
         for t in self.params:
-            g = t.grad
-            if hazards(g, t.uop.base):
-                g = g.contiguous()
-                first.append(g)
+            # the gradient is stored by this step, and
+            # .grad then refers to that buffer: a .grad that backward() keeps accumulating into (no
+            # zero_grad) would otherwise be a lazy sum whose graph grows with every step
+            g = t.grad.contiguous()
+            t.grad = g
             self._grads.append(g)
-        first.extend(b for b in self.buffers if hazards(b, None))
-        return first
 
     def _schedule_updates(self) -> list[Tensor]:
         updated, extra = self._step(self.params, self._grads)
         del self._grads
-        for t, new in zip(self.params, updated): t.assign(new if new.shape == t.shape else new.reshape(t.shape))
+        for t, new in zip(self.params, updated):
+            if new.device != t.device: new = new.to(t.device)   # state on another ``device``
+            t.assign(new if new.shape == t.shape else new.reshape(t.shape))
         return extra + self.params + self.buffers
 
     def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
@@ -146,24 +121,13 @@ class OptimizerGroup(Optimizer):
         for o in self.optimizers: o.zero_grad()
     def schedule_step(self) -> list[Tensor]:
         _check_training()
-        written = _written_buffers(self.params)
-        if first := [x for o in self.optimizers for x in o._prepare(written)]: Tensor.realize(*first)
+        for o in self.optimizers: o._prepare()
         return [x for o in self.optimizers for x in o._schedule_updates()]
 
 def _newton_schulz(x: Tensor, steps: int, params: tuple, eps: float = 1.0e-7) -> Tensor:
     """Approximately orthogonalize a matrix (batch) with ``steps`` iterations of the odd polynomial
     ``sum_i params[i] * (X X^T)^i X``, after scaling X to unit Frobenius norm."""
-    if x.ndim < 2: raise ValueError(f"Newton-Schulz needs at least a 2-d tensor, got shape {x.shape}")
-    if x.shape[-2] > x.shape[-1]: return _newton_schulz(x.transpose(-2, -1), steps, params, eps).transpose(-2, -1)
-    g = x / (x.square().sum(axis=(-2, -1), keepdim=True).sqrt() + eps)
-    for _ in range(steps):
-        gram = g @ g.transpose(-2, -1)
-        term, total = g, params[0] * g
-        for p in params[1:]:
-            term = gram @ term
-            total = total + p * term
-        g = total
-    return g
+    return x.newton_schulz(steps, params, eps)
 
 class LARS(Optimizer):
     """SGD with momentum and a layer-wise trust ratio ``tcoef * |w| / (|g| + wd * |w|)`` (used when
@@ -178,15 +142,20 @@ class LARS(Optimizer):
     """
     def __init__(self, params: list[Tensor], lr: float = 0.001, momentum: float = 0.9, weight_decay: float = 1e-4, ns_steps: int = 0,
                  ns_params: tuple | None = None, nesterov: bool = False, classic: bool = True, pre_wd: bool = True, tcoef: float = 0.001,
-                 fused: bool = False):
-        super().__init__(params, lr, fused)
+                 device: str | tuple | None = None, fused: bool = False):
+        super().__init__(params, lr, device, fused)
         self.momentum, self.wd, self.ns_steps, self.ns_params = momentum, weight_decay, ns_steps, ns_params
         self.nesterov, self.classic, self.pre_wd, self.tcoef = nesterov, classic, pre_wd, tcoef
         self.b = self._new_optim_param() if self.momentum else []
+    @property
+    def ns_coefficients(self) -> tuple | None:
+        """tinygrad's name for ``ns_params``."""
+        return self.ns_params
 
     def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
         ret = []
         for i, (t, g) in enumerate(zip(params, grads)):
+            t, g = self._on_state_device(t), self._on_state_device(g)
             # the gradient is read twice with a trust ratio or nesterov momentum: compute it once
             if self.tcoef != 0 or (self.momentum and self.nesterov): g = _stored(g)
             if self.tcoef != 0:
@@ -210,7 +179,7 @@ class LARS(Optimizer):
         return ret, self.b
 
 def SGD(params: list[Tensor], lr: float = 0.001, momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False,
-        classic: bool = False, fused: bool = False) -> LARS:
+        classic: bool = False, device: str | tuple | None = None, fused: bool = False) -> LARS:
     """Stochastic gradient descent (PyTorch's formulation unless ``classic``): LARS with trust
     coefficient 0.
 
@@ -219,10 +188,11 @@ def SGD(params: list[Tensor], lr: float = 0.001, momentum: float = 0.0, weight_d
     >>> opt.lr.item() > 0.09
     True
     """
-    return LARS(params, lr, momentum, weight_decay, nesterov=nesterov, classic=classic, pre_wd=True, tcoef=0.0, fused=fused)
+    return LARS(params, lr, momentum, weight_decay, nesterov=nesterov, classic=classic, pre_wd=True, tcoef=0.0, device=device, fused=fused)
 
-def Muon(params: list[Tensor], lr: float = 0.02, momentum: float = 0.95, weight_decay: float = 0.0, ns_steps: int = 5,
-         ns_coefficients: tuple = (3.4445, -4.775, 2.0315), nesterov: bool = True, fused: bool = False) -> LARS:
+def Muon(params: list[Tensor], lr: float = 0.001, momentum: float = 0.95, weight_decay: float = 0.1, ns_steps: int = 5,
+         ns_coefficients: tuple = (3.4445, -4.775, 2.0315), nesterov: bool = True, device: str | tuple | None = None,
+         fused: bool = False) -> LARS:
     """SGD with momentum whose update is orthogonalized by ``ns_steps`` Newton-Schulz iterations
     (each param is viewed as a (shape[0], -1) matrix), with decoupled weight decay applied to the
     param as ``w * (1 - lr * wd)``.
@@ -233,7 +203,7 @@ def Muon(params: list[Tensor], lr: float = 0.02, momentum: float = 0.95, weight_
     5
     """
     assert not fused, "fused is not allowed for the Muon optimizer"
-    return LARS(params, lr, momentum, weight_decay, ns_steps, ns_coefficients, nesterov, classic=False, pre_wd=False, tcoef=0.0)
+    return LARS(params, lr, momentum, weight_decay, ns_steps, ns_coefficients, nesterov, classic=False, pre_wd=False, tcoef=0.0, device=device)
 
 class LAMB(Optimizer):
     """LAMB (Adam with a layer-wise trust ratio ``|w| / |update|``); with ``adam=True`` it is Adam
@@ -246,8 +216,8 @@ class LAMB(Optimizer):
     dtypes.float32
     """
     def __init__(self, params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
-                 weight_decay: float = 0.0, adam: bool = False, fused: bool = False):
-        super().__init__(params, lr, fused)
+                 weight_decay: float = 0.0, adam: bool = False, device: str | tuple | None = None, fused: bool = False):
+        super().__init__(params, lr, device, fused)
         self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
         self.b1_t, self.b2_t = (Tensor.ones((1,), dtype=dtypes.float32, device=self.device, requires_grad=False).contiguous().realize()
                                 for _ in (b1, b2))
@@ -259,6 +229,7 @@ class LAMB(Optimizer):
         self.b1_t.assign(self.b1_t * self.b1)
         self.b2_t.assign(self.b2_t * self.b2)
         for i, (t, g) in enumerate(zip(params, grads)):
+            t, g = self._on_state_device(t), self._on_state_device(g)
             g = _stored(g).cast(self.m[i].dtype)
             self.m[i].assign(self.b1 * self.m[i] + (1.0 - self.b1) * g)
             self.v[i].assign(self.b2 * self.v[i] + (1.0 - self.b2) * (g * g))
@@ -273,21 +244,22 @@ class LAMB(Optimizer):
             ret.append((t.detach() - self.lr * r * up).cast(t.dtype))
         return ret, [self.b1_t, self.b2_t] + self.m + self.v
 
-def Adam(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, fused: bool = False) -> LAMB:
+def Adam(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, device: str | tuple | None = None,
+         fused: bool = False) -> LAMB:
     """Adam: LAMB with ``adam=True`` and no weight decay.
 
     >>> from fusegrad import Tensor
     >>> Adam([Tensor([1.0], requires_grad=True)]).eps
     1e-08
     """
-    return LAMB(params, lr, b1, b2, eps, 0.0, adam=True, fused=fused)
+    return LAMB(params, lr, b1, b2, eps, 0.0, adam=True, device=device, fused=fused)
 
 def AdamW(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.01,
-          fused: bool = False) -> LAMB:
+          device: str | tuple | None = None, fused: bool = False) -> LAMB:
     """AdamW: Adam with decoupled weight decay (``w -= lr * wd * w`` alongside the Adam step).
 
     >>> from fusegrad import Tensor
     >>> AdamW([Tensor([1.0], requires_grad=True)]).wd
     0.01
     """
-    return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, fused=fused)
+    return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, device=device, fused=fused)

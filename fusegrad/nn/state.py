@@ -1,13 +1,16 @@
 """Checkpoints: safetensors, PyTorch .pt/.pth (zip and legacy formats), GGUF, tar and zip archives, and the
 state-dict helpers that map a model's tensors to dotted names.
 
-Loaders take a path (the file is memory-mapped through the DISK device, so nothing is read until a tensor is
+Loaders take a path (the file is opened read-only through the DISK device, so nothing is read until a tensor is
 used) or a 1-d uint8 ``Tensor`` holding the file. Tensors stored contiguously come back as DISK tensors over
 their bytes; ``.to(device)``, ``.numpy()`` and ``load_state_dict`` copy just those bytes.
 
-Every file is untrusted: headers are checked against the file size before anything is mapped, and the pickle
-inside a torch checkpoint is read by an unpickler that only knows the tensor-rebuild functions (a pickle that
-tries to call anything else is refused, never run).
+Every file is untrusted: headers are checked against the file size before anything is read; a file truncated
+after it was opened gives an error when a tensor is read (DISK reads are ``pread``s: no mapping to SIGBUS on);
+memory the loader allocates beyond views of the file (decompressed zip members, gathered strided tensors) is
+checked against ``max_bytes`` before it is allocated; and the pickle inside a torch checkpoint is read by an
+unpickler that only knows the tensor-rebuild functions (a pickle that tries to call anything else is refused,
+never run), with shared objects converted once (a pickle of shared tuples nested 40 deep stays cheap).
 
 >>> import os, tempfile
 >>> from fusegrad import Tensor
@@ -17,13 +20,13 @@ tries to call anything else is refused, never run).
 [[1.0, 2.0]]
 """
 from __future__ import annotations
-import collections, io, json, math, os, pathlib, pickle, struct, sys, tarfile, time, warnings, zipfile
+import collections, io, json, math, os, pathlib, pickle, struct, sys, tarfile, time, warnings, zipfile, zlib
 from typing import Any, Callable
 from fusegrad.tensor import Tensor
 from fusegrad.dtype import DType, dtypes, to_np_dtype
 from fusegrad.device import Device
-from fusegrad.helpers import prod, DEBUG, GlobalCounters
-from fusegrad.runtime.ops_disk import is_disk, disk_view, disk_buffer, tensor_bytes
+from fusegrad.helpers import prod, getenv, DEBUG, GlobalCounters
+from fusegrad.runtime.ops_disk import is_disk, disk_view, disk_buffer, disk_file_tensor, disk_read_into, tensor_bytes
 
 __all__ = ["safe_load", "safe_save", "safe_load_metadata", "get_state_dict", "get_parameters", "load_state_dict",
            "torch_load", "tar_extract", "zip_extract", "gguf_load", "TensorIO", "safe_dtypes", "inverse_safe_dtypes"]
@@ -36,27 +39,54 @@ def _check_byte_tensor(t: Tensor) -> Tensor:
     return t
 
 def _file_tensor(fn: Any) -> Tensor:
-    """The whole file as a 1-d uint8 DISK tensor (memory-mapped, nothing read yet)."""
-    path = os.path.abspath(os.fspath(fn))
-    if not os.path.isfile(path): raise FileNotFoundError(f"no such file: {fn}")
-    size = os.path.getsize(path)
-    if size == 0: raise ValueError(f"{fn} is empty")
-    return Tensor.empty(size, dtype=dtypes.uint8, device=f"disk:{path}")
+    """The whole file as a 1-d uint8 DISK tensor (opened read-only, nothing read yet)."""
+    return disk_file_tensor(fn)
 
 def _as_byte_tensor(fn: Any) -> Tensor:
     return _check_byte_tensor(fn) if isinstance(fn, Tensor) else _file_tensor(fn)
 
+LOAD_MIN_BYTES = 1 << 30   # the default memory limit of a load is the larger of this and LOAD_FILE_RATIO x the file size
+LOAD_FILE_RATIO = 16
+
+class _MemoryBudget:
+    """Bytes a loader may allocate beyond views of the file (decompressed members, gathered strided tensors, copies
+    out of a non-DISK tensor). Every such allocation is declared here *before* it is made, so a 1.5 MB zip that
+    inflates to gigabytes, or a 1-element storage expanded to a billion elements, is refused up front."""
+    def __init__(self, max_bytes: int | None, file_nbytes: int, what: str):
+        if max_bytes is None: max_bytes = getenv("LOAD_MAX_BYTES", 0) or max(LOAD_MIN_BYTES, LOAD_FILE_RATIO * file_nbytes)
+        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
+            raise ValueError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
+        self.limit, self.used, self.what = max_bytes, 0, what
+    def take(self, nbytes: int, name: str) -> None:
+        if self.used + nbytes > self.limit:
+            raise ValueError(f"{self.what}: {name} needs {nbytes:,} bytes of memory beyond the file ({self.used:,} taken already), over the "
+                             f"limit of {self.limit:,} bytes; if the file is trusted, raise it with max_bytes= or the LOAD_MAX_BYTES "
+                             f"environment variable")
+        self.used += nbytes
+
 class _Source:
     """Bounds-checked access to the bytes of a 1-d uint8 tensor: ``read`` returns bytes, ``tensor`` a tensor
-    over a byte range (a zero-copy DISK view for DISK tensors, a fresh tensor on the same device otherwise)."""
-    def __init__(self, t: Tensor, what: str = "file"):
+    over a byte range (a zero-copy DISK view for DISK tensors, a fresh tensor on the same device otherwise).
+    DISK bytes are read with ``pread`` when asked for, so a file truncated since it was opened gives an error
+    (``DiskFileError``), never a crash. ``budget`` counts the memory the load allocates (see _MemoryBudget)."""
+    def __init__(self, t: Tensor, what: str = "file", max_bytes: int | None = None, budget: _MemoryBudget | None = None):
         self.t, self.what = _check_byte_tensor(t), what
         self.nbytes = t.shape[0]
+        self.budget = budget if budget is not None else _MemoryBudget(max_bytes, self.nbytes, what)
+        self.device = Device.DEFAULT if is_disk(t.device) else t.device   # where copies go
         if is_disk(t.device):
             self._buf = disk_buffer(t) if self.nbytes else None
             self._np = None
         else:
+            self.budget.take(self.nbytes, f"a host copy of the {what}")
             self._buf, self._np = None, t.numpy()
+    @classmethod
+    def of_array(cls, data: Any, what: str, budget: _MemoryBudget, device: str) -> "_Source":
+        """A source over bytes already in memory (a numpy uint8 array, counted against ``budget`` by its maker)."""
+        src = cls.__new__(cls)
+        src.t, src.what, src.nbytes, src.budget, src.device = None, what, len(data), budget, device
+        src._buf, src._np = None, data
+        return src
     def check(self, offset: int, nbytes: int, name: str = "data") -> None:
         if not (isinstance(offset, int) and isinstance(nbytes, int)) or offset < 0 or nbytes < 0 or offset + nbytes > self.nbytes:
             raise ValueError(f"corrupt or truncated {self.what}: {name} needs bytes [{offset}, {offset + nbytes}) "
@@ -64,21 +94,23 @@ class _Source:
     def read(self, offset: int, nbytes: int, name: str = "data") -> bytes:
         self.check(offset, nbytes, name)
         if self._np is not None: return self._np[offset:offset + nbytes].tobytes()
-        if nbytes == 0: return b""
-        return bytes(self._buf.as_buffer(allow_zero_copy=True)[offset:offset + nbytes])
+        out = bytearray(nbytes)
+        if nbytes: disk_read_into(self._buf, offset, memoryview(out))
+        return bytes(out)
     def readinto(self, offset: int, out: memoryview) -> int:
         n = max(0, min(len(out), self.nbytes - offset))
         if n == 0: return 0
         if self._np is not None: out[:n] = self._np[offset:offset + n].tobytes()
-        else: out[:n] = self._buf.as_buffer(allow_zero_copy=True)[offset:offset + n]
+        else: disk_read_into(self._buf, offset, out[:n])
         return n
     def tensor(self, offset: int, nbytes: int, dtype: DType, shape: tuple, name: str = "tensor") -> Tensor:
         self.check(offset, nbytes, name)
         shape = tuple(shape)
         if prod(shape) * dtype.itemsize != nbytes:
             raise ValueError(f"corrupt {self.what}: {name} has {nbytes} bytes, but shape {shape} of {dtype} needs {prod(shape) * dtype.itemsize}")
-        if is_disk(self.t.device): return disk_view(self.t, offset, nbytes, dtype, shape)
-        return _tensor_from_bytes(self._np[offset:offset + nbytes].tobytes(), dtype, shape, self.t.device)
+        if self._np is None: return disk_view(self.t, offset, nbytes, dtype, shape)
+        self.budget.take(nbytes, name)
+        return _tensor_from_bytes(self._np[offset:offset + nbytes].tobytes(), dtype, shape, self.device)
 
 def _tensor_from_bytes(raw: bytes, dtype: DType, shape: tuple, device: str) -> Tensor:
     """A realized tensor holding exactly ``raw`` (any dtype, bfloat16 and fp8 included: no kernel runs)."""
@@ -108,7 +140,11 @@ class TensorIO(io.RawIOBase):
         self._position += n
         return n
     def read(self, size: int = -1) -> bytes:
-        if (buf := super().read(size)) is None: raise ValueError("io.RawIOBase.read returned None")
+        # never more than what is left: a corrupt length field (a pickle or tar header claiming gigabytes)
+        # must not allocate a buffer of that size before the short read is noticed
+        left = max(0, self._tensor.shape[0] - self._position)
+        if (buf := super().read(left if size is None or size < 0 else min(size, left))) is None:
+            raise ValueError("io.RawIOBase.read returned None")
         return buf
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         if self.closed: raise ValueError("I/O operation on closed TensorIO")
@@ -157,10 +193,11 @@ def safe_load_metadata(fn: Tensor | str | os.PathLike) -> tuple[Tensor, int, dic
         raise ValueError("corrupt safetensors header: __metadata__ must be an object")
     return t, json_len, header
 
-def safe_load(fn: Tensor | str | os.PathLike) -> dict[str, Tensor]:
-    """Load a .safetensors file: name → tensor (DISK tensors over the file when loading from a path)."""
+def safe_load(fn: Tensor | str | os.PathLike, max_bytes: int | None = None) -> dict[str, Tensor]:
+    """Load a .safetensors file: name → tensor (DISK tensors over the file when loading from a path; copies, within
+    ``max_bytes`` in all, when loading from a tensor on another device: see ``torch_load``)."""
     t, json_len, header = safe_load_metadata(fn)
-    src = _Source(t, "safetensors file")
+    src = _Source(t, "safetensors file", max_bytes)
     data_start, data_len = 8 + json_len, src.nbytes - 8 - json_len
     ret: dict[str, Tensor] = {}
     for name, info in header.items():
@@ -276,10 +313,12 @@ def _tar_members(t: Tensor) -> list[tuple[str, int, int]]:
             return [(m.name, m.offset_data, m.size) for m in tar if m.isreg()]
     except tarfile.TarError as e: raise ValueError(f"corrupt tar file: {e}") from None
 
-def tar_extract(fn: Tensor | str | os.PathLike) -> dict[str, Tensor]:
-    """The regular files of an (uncompressed) tar archive: name → uint8 tensor over their bytes."""
+def tar_extract(fn: Tensor | str | os.PathLike, max_bytes: int | None = None) -> dict[str, Tensor]:
+    """The regular files of an (uncompressed) tar archive: name → uint8 tensor over their bytes (views of a file;
+    copies within ``max_bytes`` for a tensor on another device, see ``torch_load``). Sizes and offsets are
+    checked against the archive."""
     t = _as_byte_tensor(fn)
-    src = _Source(t, "tar file")
+    src = _Source(t, "tar file", max_bytes)
     return {name: src.tensor(offset, size, dtypes.uint8, (size,), name) for name, offset, size in _tar_members(t)}
 
 def _zip_data_offset(src: _Source, zi: zipfile.ZipInfo) -> int:
@@ -290,26 +329,44 @@ def _zip_data_offset(src: _Source, zi: zipfile.ZipInfo) -> int:
     name_len, extra_len = struct.unpack("<HH", header[26:30])
     return zi.header_offset + 30 + name_len + extra_len
 
-def _zip_members(t: Tensor) -> tuple[_Source, zipfile.ZipFile, list[zipfile.ZipInfo]]:
-    src = _Source(t, "zip file")
-    try: zf = zipfile.ZipFile(TensorIO(t), "r")
-    except (zipfile.BadZipFile, OSError, ValueError) as e: raise ValueError(f"corrupt zip file: {e}") from None
-    return src, zf, zf.infolist()
+def _zip_members(src: _Source) -> tuple[zipfile.ZipFile, list[zipfile.ZipInfo]]:
+    try: zf = zipfile.ZipFile(TensorIO(src.t), "r")
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e: raise ValueError(f"corrupt zip file: {e}") from None
+    return zf, zf.infolist()
+
+_ZIP_CHUNK = 1 << 20
+
+def _zip_member_bytes(src: _Source, zf: zipfile.ZipFile, zi: zipfile.ZipInfo) -> Any:
+    """A compressed member, decompressed into a numpy uint8 array. Its declared size is checked against the load's
+    memory budget first, and it is inflated a chunk at a time into that many bytes: ``zipfile.ZipFile.read`` would
+    hold the whole member (and trust the header) before anything could be checked."""
+    import numpy as np
+    src.budget.take(zi.file_size, f"zip member {zi.filename!r} (declared {zi.file_size:,} bytes uncompressed)")
+    out = np.empty(zi.file_size, np.uint8)
+    done = 0
+    try:
+        with zf.open(zi) as f:
+            while done < zi.file_size:
+                chunk = f.read(min(_ZIP_CHUNK, zi.file_size - done))
+                if not chunk: raise EOFError(f"it ends after {done} of its declared {zi.file_size} bytes")
+                out[done:done + len(chunk)] = np.frombuffer(chunk, np.uint8)
+                done += len(chunk)
+            if f.read(1): raise ValueError(f"it inflates to more than its declared {zi.file_size} bytes")
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError, RuntimeError) as e:
+        raise ValueError(f"corrupt zip member {zi.filename}: {e}") from None
+    return out
 
 def _zip_member_tensor(src: _Source, zf: zipfile.ZipFile, zi: zipfile.ZipInfo) -> Tensor:
     if zi.compress_type == zipfile.ZIP_STORED:
         if zi.compress_size != zi.file_size: raise ValueError(f"corrupt zip file: stored member {zi.filename} has mismatched sizes")
         return src.tensor(_zip_data_offset(src, zi), zi.file_size, dtypes.uint8, (zi.file_size,), zi.filename)
-    try: data = zf.read(zi)
-    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError) as e:
-        raise ValueError(f"corrupt zip member {zi.filename}: {e}") from None
-    import numpy as np
-    return Tensor(np.frombuffer(data, dtype=np.uint8).copy() if data else np.zeros(0, np.uint8), dtype=dtypes.uint8,
-                  device=src.t.device if not is_disk(src.t.device) else Device.DEFAULT)
+    return _tensor_from_bytes(_zip_member_bytes(src, zf, zi).tobytes(), dtypes.uint8, (zi.file_size,), src.device)
 
-def zip_extract(fn: Tensor | str | os.PathLike) -> dict[str, Tensor]:
-    """The files of a zip archive: name → uint8 tensor (a view of stored members, a decompressed copy otherwise)."""
-    src, zf, members = _zip_members(_as_byte_tensor(fn))
+def zip_extract(fn: Tensor | str | os.PathLike, max_bytes: int | None = None) -> dict[str, Tensor]:
+    """The files of a zip archive: name → uint8 tensor (a view of stored members, a decompressed copy otherwise).
+    Decompressed members may take at most ``max_bytes`` of memory in all (default: see ``torch_load``)."""
+    src = _Source(_as_byte_tensor(fn), "zip file", max_bytes)
+    zf, members = _zip_members(src)
     with zf: return {zi.filename: _zip_member_tensor(src, zf, zi) for zi in members if not zi.is_dir()}
 
 # ---------------------------------------------------------------- torch checkpoints
@@ -450,14 +507,16 @@ def _build_tensor(ref: _TensorRef, src: _Source, places: dict[str, int]) -> Tens
     itemsize, size, stride = ref.dtype.itemsize, ref.size, ref.stride
     numel = prod(size)
     start = ref.offset * itemsize
-    if numel == 0: return Tensor.zeros(*size, dtype=ref.dtype, device=src.t.device if not is_disk(src.t.device) else Device.DEFAULT)
+    if numel == 0: return Tensor.zeros(*size, dtype=ref.dtype, device=src.device)
     span = (sum((s - 1) * st for s, st in zip(size, stride)) + 1) * itemsize   # bytes from the first to past the last element
     if start + span > storage_nbytes:
         raise ValueError(f"corrupt torch checkpoint: a tensor of size {size}, stride {stride}, offset {ref.offset} reads past its "
                          f"storage of {storage_nbytes} bytes")
     contiguous = all(st == c for s, st, c in zip(size, stride, _c_strides(size)) if s != 1)
     if contiguous: return src.tensor(storage_start + start, numel * itemsize, ref.dtype, size, "tensor")
-    # a strided view: read the bytes it spans and gather them on the default device
+    # a strided view: read the bytes it spans and gather them on the default device. The gathered copy is new
+    # memory: a 1-element storage "expanded" by stride 0 to a billion elements is refused here, before allocating
+    src.budget.take(span + numel * itemsize, f"tensor of size {size} with stride {stride} (a gathered copy)")
     import numpy as np
     carrier = np.dtype(f"<u{itemsize}") if itemsize > 1 else np.dtype(np.uint8)
     raw = np.frombuffer(src.read(storage_start + start, span), dtype=np.uint8)
@@ -465,8 +524,7 @@ def _build_tensor(ref: _TensorRef, src: _Source, places: dict[str, int]) -> Tens
     padded[:span] = raw
     elems = padded.view(carrier)
     gathered = np.lib.stride_tricks.as_strided(elems, shape=size, strides=tuple(st * itemsize for st in stride)).copy()
-    device = src.t.device if not is_disk(src.t.device) else Device.DEFAULT
-    return _tensor_from_bytes(gathered.tobytes(), ref.dtype, size, device)
+    return _tensor_from_bytes(gathered.tobytes(), ref.dtype, size, src.device)
 
 def _c_strides(shape: tuple) -> tuple:
     strides, acc = [], 1
@@ -475,23 +533,60 @@ def _c_strides(shape: tuple) -> tuple:
         acc *= s
     return tuple(reversed(strides))
 
-def _resolve(obj: Any, build: Callable[[_TensorRef], Tensor], depth: int = 0) -> Any:
-    """Replace every _TensorRef in the unpickled structure by its Tensor."""
-    if depth > 1000: raise ValueError("torch_load: the checkpoint is nested too deeply")
-    if isinstance(obj, _TensorRef): return build(obj)
-    if isinstance(obj, collections.OrderedDict): return collections.OrderedDict((k, _resolve(v, build, depth + 1)) for k, v in obj.items())
-    if isinstance(obj, dict): return {k: _resolve(v, build, depth + 1) for k, v in obj.items()}
-    if isinstance(obj, list): return [_resolve(v, build, depth + 1) for v in obj]
-    if isinstance(obj, tuple): return tuple(_resolve(v, build, depth + 1) for v in obj)
-    return obj
+_MAX_NESTING = 500
 
-def torch_load(fn: Tensor | str | os.PathLike) -> Any:
+class _Resolver:
+    """Replaces every _TensorRef in the unpickled structure by its Tensor. An object the pickle shares (its memo:
+    BINGET returns the same object) is converted once and the copies stay shared, like the pickle protocol does:
+    a walk without this memo does each shared subtree again, so 300 bytes of tuples nested 40 deep, each level
+    holding the previous one twice, take 2**40 steps. A _TensorRef used twice becomes one Tensor. ``steps``
+    counts containers and tensors converted (tests check it stays linear)."""
+    def __init__(self, build: Callable[[_TensorRef], Tensor]):
+        self.build, self.steps = build, 0
+        self.done: dict[int, Any] = {}       # id(original) -> converted
+        self.keep: list[Any] = []            # the originals, alive so their ids stay unique during the walk
+        self.open_tuples: set[int] = set()   # tuples being converted: meeting one again is a cycle
+    def __call__(self, obj: Any) -> Any:
+        try: return self.convert(obj, 0)
+        except RecursionError: raise ValueError("torch_load: the checkpoint is nested too deeply") from None
+    def convert(self, obj: Any, depth: int) -> Any:
+        if (found := self.done.get(id(obj))) is not None or id(obj) in self.done: return found
+        if not isinstance(obj, (_TensorRef, dict, list, tuple)): return obj
+        if depth > _MAX_NESTING: raise ValueError(f"torch_load: the checkpoint nests containers more than {_MAX_NESTING} deep")
+        self.steps += 1
+        self.keep.append(obj)
+        if isinstance(obj, _TensorRef): out: Any = self.build(obj)
+        elif isinstance(obj, (dict, list)):   # registered before its items, so a list that contains itself stays a cycle
+            out = self.done[id(obj)] = collections.OrderedDict() if isinstance(obj, collections.OrderedDict) else {} if isinstance(obj, dict) else []
+            if isinstance(obj, dict):
+                for k, v in obj.items(): out[k] = self.convert(v, depth + 1)
+            else:
+                for v in obj: out.append(self.convert(v, depth + 1))
+        else:
+            if id(obj) in self.open_tuples: raise ValueError("torch_load: corrupt checkpoint: a tuple contains itself")
+            self.open_tuples.add(id(obj))
+            items = []
+            for v in obj: items.append(self.convert(v, depth + 1))
+            self.open_tuples.discard(id(obj))
+            out = tuple(items)
+        self.done[id(obj)] = out
+        return out
+
+def _resolve(obj: Any, build: Callable[[_TensorRef], Tensor]) -> Any:
+    """``obj`` with every _TensorRef replaced by its Tensor (see _Resolver)."""
+    return _Resolver(build)(obj)
+
+def torch_load(fn: Tensor | str | os.PathLike, max_bytes: int | None = None) -> Any:
     """Load a PyTorch checkpoint (``torch.save``: the zip format, the legacy pickle format written with
     ``_use_new_zipfile_serialization=False``, and the old tar format). Tensors come back as fusegrad tensors
     (DISK views when stored contiguously), in the same dicts/lists as saved. torch isn't needed, and nothing
-    in the pickle but the known tensor-rebuild functions can run."""
+    in the pickle but the known tensor-rebuild functions can run.
+
+    ``max_bytes`` limits the memory the load allocates beyond views of the file (compressed members, strided
+    tensors gathered into copies, copies out of a non-DISK tensor), checked before each allocation. The default
+    is the ``LOAD_MAX_BYTES`` environment variable, else the larger of 1 GiB and 16 x the file size."""
     t = _as_byte_tensor(fn)
-    src = _Source(t, "torch checkpoint")
+    src = _Source(t, "torch checkpoint", max_bytes)
     head = src.read(0, min(src.nbytes, 6))
     if head[:4] == b"PK\x03\x04" or _is_zip(t): return _torch_load_zip(t, src)
     if src.nbytes >= 512 and src.read(257, 5) == b"ustar": return _torch_load_tar(t, src)
@@ -504,47 +599,64 @@ def _is_zip(t: Tensor) -> bool:
 def _unpickle(data: Any, persistent_load: Callable[[Any], Any], what: str) -> Any:
     f = io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data
     try: return _TorchUnpickler(f, persistent_load).load()
-    except pickle.UnpicklingError: raise
+    except pickle.UnpicklingError as e:
+        if str(e).startswith("torch_load:"): raise
+        raise pickle.UnpicklingError(f"torch_load: corrupt {what}: {e}") from None   # the unpickler's own ("pickle data was truncated")
     except (EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError, struct.error, UnicodeDecodeError, RecursionError,
             MemoryError, OverflowError) as e:
         raise pickle.UnpicklingError(f"torch_load: corrupt {what}: {type(e).__name__}: {e}") from None
 
+def _zip_member_data(src: _Source, zf: zipfile.ZipFile, zi: zipfile.ZipInfo) -> bytes:
+    """A small member's bytes (the pickle, the byte order), stored or compressed, within the memory budget."""
+    if zi.compress_type != zipfile.ZIP_STORED: return _zip_member_bytes(src, zf, zi).tobytes()   # (zipfile checks the CRC)
+    data = src.read(_zip_data_offset(src, zi), zi.file_size, zi.filename)
+    if zlib.crc32(data) != zi.CRC: raise ValueError(f"corrupt zip file: bad CRC-32 for {zi.filename}")
+    return data
+
 def _torch_load_zip(t: Tensor, src: _Source) -> Any:
-    src, zf, members = _zip_members(t)
+    zf, members = _zip_members(src)
     with zf:
         by_name = {zi.filename: zi for zi in members}
         pkls = [n for n in by_name if n == "data.pkl" or n.endswith("/data.pkl")]
         if not pkls: raise ValueError("not a torch checkpoint: the zip has no data.pkl")
         prefix = min(pkls, key=len)[:-len("data.pkl")]
-        if (bo := by_name.get(prefix + "byteorder")) is not None and zf.read(bo).strip() not in (b"little", b""):
-            raise NotImplementedError(f"torch_load: big-endian checkpoints are not supported (byteorder {zf.read(bo)!r})")
+        if (bo := by_name.get(prefix + "byteorder")) is not None:
+            if bo.file_size > 16: raise ValueError(f"corrupt torch checkpoint: the byteorder member has {bo.file_size} bytes")
+            if (order := _zip_member_data(src, zf, bo)).strip() not in (b"little", b""):
+                raise NotImplementedError(f"torch_load: big-endian checkpoints are not supported (byteorder {order!r})")
         storages: dict[str, _StorageRef] = {}
-        try: pkl = zf.read(by_name[prefix + "data.pkl"])
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e: raise ValueError(f"corrupt torch checkpoint: {e}") from None
+        pkl = _zip_member_data(src, zf, by_name[prefix + "data.pkl"])
         result = _unpickle(pkl, _storage_pid(storages), "data.pkl")
         places: dict[str, int] = {}
-        cpu_copies: dict[str, Tensor] = {}
+        cpu_copies: dict[str, Any] = {}
         for key, ref in storages.items():
             zi = by_name.get(f"{prefix}data/{key}")
             if zi is None: raise ValueError(f"corrupt torch checkpoint: storage {key} is missing from the archive")
             need = ref.numel * ref.dtype.itemsize
             if zi.file_size < need: raise ValueError(f"corrupt torch checkpoint: storage {key} has {zi.file_size} bytes, needs {need}")
-            if zi.compress_type != zipfile.ZIP_STORED:  # re-compressed by some tool: read it into memory
-                cpu_copies[key] = _zip_member_tensor(src, zf, zi)
+            if zi.compress_type != zipfile.ZIP_STORED:  # re-compressed by some tool: inflate it into memory
+                cpu_copies[key] = _Source.of_array(_zip_member_bytes(src, zf, zi), f"storage {key}", src.budget, src.device)
                 continue
             places[key] = _zip_data_offset(src, zi)
             src.check(places[key], need, f"storage {key}")
     def build(ref: _TensorRef) -> Tensor:
         root = ref.storage.root or ref.storage
-        if root.key in cpu_copies: return _build_tensor(ref, _Source(cpu_copies[root.key], "storage"), {root.key: 0})
+        if root.key in cpu_copies: return _build_tensor(ref, cpu_copies[root.key], {root.key: 0})
         return _build_tensor(ref, src, places)
     return _resolve(result, build)
 
 _LEGACY_MAGIC = 0x1950a86a20f9469cfc6c
 _LEGACY_PROTOCOL = 1001
 
+class _BoundedReader(io.BufferedReader):
+    """A BufferedReader over a TensorIO whose ``read(n)`` never asks for more than what is left: the unpickler
+    calls ``read(n)`` with the length a pickle opcode declares, and BufferedReader allocates ``n`` bytes first."""
+    def read(self, size: int | None = -1) -> bytes:
+        if size is not None and size > 0: size = min(size, max(0, self.raw._tensor.shape[0] - self.tell()))
+        return super().read(size)
+
 def _torch_load_legacy(t: Tensor, src: _Source) -> Any:
-    f = io.BufferedReader(TensorIO(t))
+    f = _BoundedReader(TensorIO(t))
     def plain(what: str) -> Any:   # the small header pickles: plain data only
         return _unpickle(f, lambda pid: (_ for _ in ()).throw(pickle.UnpicklingError("unexpected persistent id")), what)
     try: magic = plain("header")
@@ -577,7 +689,7 @@ def _torch_load_tar(t: Tensor, src: _Source) -> Any:
         if need not in offsets: raise ValueError(f"corrupt torch checkpoint: the tar has no {need!r} member")
     def reader(name: str) -> tuple[io.BufferedReader, int, int]:
         start, size = offsets[name]
-        return io.BufferedReader(TensorIO(src.tensor(start, size, dtypes.uint8, (size,), name))), start, size
+        return _BoundedReader(TensorIO(src.tensor(start, size, dtypes.uint8, (size,), name))), start, size
     plain_pid = lambda pid: (_ for _ in ()).throw(pickle.UnpicklingError("unexpected persistent id"))
     # storages: count, then (key, location, storage_type), int64 numel, raw data
     f, start, size = reader("storages")
@@ -669,11 +781,12 @@ class _GGUFReader:
             return [self.value(etype, f"{what}[{i}]", depth + 1) for i in range(n)]
         raise ValueError(f"corrupt GGUF file: {what} has unknown value type {vtype}")
 
-def gguf_load(fn: Tensor | str | os.PathLike) -> tuple[dict[str, Any], dict[str, Tensor]]:
+def gguf_load(fn: Tensor | str | os.PathLike, max_bytes: int | None = None) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """Load a GGUF (v2/v3) file: ``(kv_data, state_dict)``. Quantized tensors (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
-    Q5_K, Q6_K) are dequantized to float32 by tensor ops (lazily, on the default device); plain types are views."""
+    Q5_K, Q6_K) are dequantized to float32 by tensor ops (lazily, on the default device); plain types are views.
+    Counts, lengths, dims and offsets are checked against the file before use; ``max_bytes``: see ``torch_load``."""
     t = _as_byte_tensor(fn)
-    src = _Source(t, "GGUF file")
+    src = _Source(t, "GGUF file", max_bytes)
     r = _GGUFReader(src)
     if src.nbytes < 4 or src.read(0, 4) != b"GGUF": raise ValueError("not a GGUF file: bad magic")
     r.pos = 4

@@ -45,17 +45,32 @@ def _supports_openmp() -> bool:
                                 input=src, capture_output=True)
         return result.returncode == 0
 
+def _write_library(path: pathlib.Path, lib: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent)
+    with os.fdopen(fd, "wb") as f: f.write(lib)
+    os.replace(tmp, path)   # atomic, so concurrent processes never load a half-written file
+
+def library_path(lib: bytes) -> pathlib.Path:
+    """The cached shared library holding exactly ``lib``, named by its SHA-256. A file already there is checked
+    against that hash before it is loaded: a truncated library would SIGBUS in the loader on every run, and an
+    edited one would run its edits. A mismatch is rewritten from ``lib`` (with a warning)."""
+    digest = content_hash(lib)
+    path = cache_dir() / "libs" / f"{digest}.so"
+    try: on_disk = path.read_bytes()
+    except FileNotFoundError: on_disk = None
+    if on_disk is not None and content_hash(on_disk) != digest:
+        import warnings
+        warnings.warn(f"the cached kernel library {path} doesn't match its hash (damaged or edited); rewriting it", RuntimeWarning, stacklevel=3)
+        on_disk = None
+    if on_disk is None: _write_library(path, lib)
+    return path
+
 class CPUProgram:
     """A kernel in a shared library. Called with buffer pointers, then int arguments."""
     def __init__(self, name: str, lib: bytes):
         self.name = name
-        path = cache_dir() / "libs" / f"{content_hash(lib)}.so"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent)
-            with os.fdopen(fd, "wb") as f: f.write(lib)
-            os.replace(tmp, path)   # atomic, so concurrent processes never load a half-written file
-        self.lib = ctypes.CDLL(str(path))
+        self.lib = ctypes.CDLL(str(library_path(lib)))
         self.fxn = getattr(self.lib, name)
     def __call__(self, *bufs, global_size=(1, 1, 1), local_size=(1, 1, 1), vals=(), wait: bool = False):
         args = [ctypes.c_void_p(ctypes.addressof(b)) for b in bufs] + [ctypes.c_int64(v) for v in vals]

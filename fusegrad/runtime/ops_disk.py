@@ -1,9 +1,13 @@
-"""The DISK device: files as memory-mapped buffers.
+"""The DISK device: files as buffers.
 
-``Device["DISK:/path/to/file"]`` maps the file; ``Tensor.empty(n, dtype=dtypes.uint8, device="disk:/path")``
+``Device["DISK:/path/to/file"]`` opens the file; ``Tensor.empty(n, dtype=dtypes.uint8, device="disk:/path")``
 gives a tensor over its first ``n`` bytes (the file grows to ``n`` bytes if it is shorter). Buffers are
-``DiskBuffer`` views ``(mapping, offset, size)``; sub-buffers (``Buffer.view``) are more views of the same
-mapping, so slicing costs nothing and a copy to another device reads only the bytes it needs.
+``DiskBuffer`` views ``(file, offset, size)``; sub-buffers (``Buffer.view``) are more views of the same
+file, so slicing costs nothing and a copy to another device reads only the bytes it needs.
+
+Files are read with ``os.pread`` and written with ``os.pwrite``, never memory-mapped: a mapping of a file that
+another process truncates kills this process (SIGBUS) on the next access past the new end, while a short read
+is an ordinary ``DiskFileError``. ``disk_file_tensor`` opens a file read-only (what the checkpoint loaders use).
 
 DISK runs no kernels: a DISK tensor can only be moved to another device, bitcast, or sliced. Computing on one
 raises an error that says so (from the renderer, compiler and runtime, whichever is touched first).
@@ -17,7 +21,7 @@ raises an error that says so (from the renderer, compiler and runtime, whichever
 [4, 5, 6, 7, 8, 9, 10, 11]
 """
 from __future__ import annotations
-import mmap, os
+import os
 from typing import Any
 from fusegrad.device import Allocator, Compiled, Compiler
 from fusegrad.dtype import DType, dtypes, to_dtype
@@ -28,58 +32,115 @@ DISK_ONLY_MESSAGE = "DISK tensors can only be moved to another device, bitcast, 
 class DiskComputeError(RuntimeError):
     """Someone tried to run a kernel on a DISK device."""
 
+class DiskCastError(DiskComputeError, NotImplementedError):
+    """``cast`` on a DISK tensor (tinygrad raises NotImplementedError): a cast is a kernel."""
+
 # ---------------------------------------------------------------- memory
 
-class DiskMapping:
-    """One open file and its mmap. Reference counted: the last ``release`` unmaps and closes."""
-    def __init__(self, path: str, size: int):
+class DiskFileError(OSError):
+    """A DISK file no longer has the bytes it had when it was opened (truncated by someone else)."""
+
+class DiskFile:
+    """One open file of a DISK device. Reference counted: the last ``release`` closes it.
+
+    Nothing is memory-mapped: every read is an ``os.pread`` and every write an ``os.pwrite``. A mapped file
+    that another process truncates kills this process with SIGBUS on the next access past the new end; a
+    short ``pread`` is an ordinary error instead (``DiskFileError``).
+
+    A file that exists with at least ``size`` bytes is opened read-only; a write (``copyin``) opens a second,
+    writable descriptor on first use. Only a missing or shorter file is opened for writing up front, because it
+    is created or grown to ``size`` bytes (``Tensor.empty(n, device="disk:/new/file")``). ``readonly=True``
+    never writes: a shorter file is an error."""
+    def __init__(self, path: str, size: int, readonly: bool = False):
         self.path, self.size, self.refcount = path, size, 0
+        self.write_fd = -1
+        try: self.fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            if readonly: raise
+            self.fd = -1
         try:
-            self.fd, self.writable = os.open(path, os.O_RDWR | os.O_CREAT), True
-        except PermissionError:
-            self.fd, self.writable = os.open(path, os.O_RDONLY), False
-        try:
-            st = os.fstat(self.fd)
-            if st.st_size < size:
-                if not self.writable: raise RuntimeError(f"DISK:{path} is a read-only file of {st.st_size} bytes; can't map {size} bytes")
-                os.ftruncate(self.fd, size)
+            st = os.fstat(self.fd) if self.fd >= 0 else None
+            if st is None or st.st_size < size:
+                if readonly: raise DiskFileError(f"DISK:{path} has {st.st_size if st else 0} bytes; can't open {size} bytes of it read-only")
+                self._open_for_writing(create=True)
+                if self.fd >= 0: os.close(self.fd)
+                self.fd = os.open(path, os.O_RDONLY)
+                os.ftruncate(self.write_fd, size)
+                st = os.fstat(self.fd)
             self.inode = (st.st_dev, st.st_ino)
-            self.mem = mmap.mmap(self.fd, size, access=mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ)
-            self.view = memoryview(self.mem)
         except BaseException:
-            os.close(self.fd)
+            self._close()
             raise
+    @property
+    def writable(self) -> bool:
+        """Can this file be written (opening it for writing if needed)?"""
+        try: self._open_for_writing()
+        except PermissionError: return False
+        return True
+    def _open_for_writing(self, create: bool = False) -> int:
+        if self.write_fd < 0:
+            try: self.write_fd = os.open(self.path, os.O_WRONLY | (os.O_CREAT if create else 0))
+            except PermissionError:
+                raise PermissionError(f"DISK:{self.path} is a read-only file; can't write to it") from None
+            st = os.fstat(self.write_fd)
+            if not create and (st.st_dev, st.st_ino) != self.inode:
+                os.close(self.write_fd)
+                self.write_fd = -1
+                raise DiskFileError(f"DISK:{self.path} was replaced since it was opened; not writing into the new file")
+        return self.write_fd
+    def check_open(self) -> None:
+        if self.fd < 0: raise RuntimeError(f"DISK buffer of {self.path} used after its file was closed")
+    def pread_into(self, offset: int, dest: memoryview) -> None:
+        """Fill ``dest`` with the bytes at ``offset``; a file shorter than that (truncated since it was opened)
+        raises ``DiskFileError``."""
+        self.check_open()
+        done = 0
+        while done < len(dest):
+            n = os.preadv(self.fd, [dest[done:]], offset + done) if hasattr(os, "preadv") else self._pread_copy(dest[done:], offset + done)
+            if n <= 0:
+                now = os.fstat(self.fd).st_size
+                raise DiskFileError(f"DISK:{self.path}: needed bytes [{offset}, {offset + len(dest)}) but the file has {now} bytes now "
+                                    f"(it was truncated after it was opened)")
+            done += n
+    def _pread_copy(self, dest: memoryview, offset: int) -> int:
+        data = os.pread(self.fd, len(dest), offset)
+        dest[:len(data)] = data
+        return len(data)
+    def pwrite_from(self, offset: int, src: memoryview) -> None:
+        self.check_open()
+        fd, done = self._open_for_writing(), 0
+        while done < len(src):
+            n = os.pwrite(fd, src[done:], offset + done)
+            if n <= 0: raise DiskFileError(f"DISK:{self.path}: short write at byte {offset + done}")
+            done += n
     def is_current(self) -> bool:
-        """Is the path still the file that is mapped (not deleted or replaced since)?"""
+        """Is the path still the file that is open (not deleted or replaced since)?"""
         try: st = os.stat(self.path)
         except OSError: return False
         return (st.st_dev, st.st_ino) == self.inode
-    def acquire(self) -> "DiskMapping":
+    def acquire(self) -> "DiskFile":
         self.refcount += 1
         return self
     def release(self) -> None:
         self.refcount -= 1
-        if self.refcount > 0: return
-        self.view.release()
-        try: self.mem.close()
-        except BufferError: pass   # a zero-copy memoryview handed out earlier is still alive; the GC closes it
-        os.close(self.fd)
-        self.fd = -1
+        if self.refcount <= 0: self._close()
+    def _close(self) -> None:
+        for fd in (self.fd, self.write_fd):
+            if fd >= 0: os.close(fd)
+        self.fd = self.write_fd = -1
 
 class DiskBuffer:
-    """``size`` bytes at ``offset`` in a mapping."""
-    __slots__ = ("mapping", "offset", "size")
-    def __init__(self, mapping: DiskMapping, offset: int, size: int):
-        if offset < 0 or size < 0 or offset + size > mapping.size:
-            raise ValueError(f"DISK buffer [{offset}, {offset + size}) is outside the mapped {mapping.size} bytes of {mapping.path}")
-        self.mapping, self.offset, self.size = mapping, offset, size
-    def mv(self) -> memoryview:
-        if self.mapping.fd < 0: raise RuntimeError(f"DISK buffer of {self.mapping.path} used after its file was closed")
-        return self.mapping.view[self.offset:self.offset + self.size]
-    def __repr__(self) -> str: return f"<DiskBuffer {self.mapping.path} offset={self.offset} size={self.size}>"
+    """``size`` bytes at ``offset`` in an open file."""
+    __slots__ = ("file", "offset", "size")
+    def __init__(self, file: DiskFile, offset: int, size: int):
+        if offset < 0 or size < 0 or offset + size > file.size:
+            raise ValueError(f"DISK buffer [{offset}, {offset + size}) is outside the opened {file.size} bytes of {file.path}")
+        self.file, self.offset, self.size = file, offset, size
+    def __repr__(self) -> str: return f"<DiskBuffer {self.file.path} offset={self.offset} size={self.size}>"
 
 class DiskAllocator(Allocator):
-    """Buffers are views of the device's mapping. No LRU cache: freeing releases the file."""
+    """Buffers are byte ranges of the device's open file. No LRU cache: freeing releases the file. There is no
+    zero-copy ``_as_buffer``: ``Buffer.as_buffer`` reads a copy with ``copyout`` (see DiskFile for why)."""
     def __init__(self, device: "DiskDevice"):
         super().__init__()
         self.device = device
@@ -88,23 +149,14 @@ class DiskAllocator(Allocator):
         return self._alloc(size, options)
     def free(self, opaque: DiskBuffer, size: int, options: Any = None) -> None: self._free(opaque, options)
     def _alloc(self, size: int, options: Any) -> DiskBuffer: return DiskBuffer(self.device._open(size), 0, size)
-    def _free(self, opaque: DiskBuffer, options: Any) -> None: opaque.mapping.release()
-    def _as_buffer(self, src: DiskBuffer) -> memoryview: return src.mv()
-    def _copyout(self, dest: memoryview, src: DiskBuffer) -> None: dest[:] = src.mv()
-    def _copyin(self, dest: DiskBuffer, src: memoryview) -> None:
-        if not dest.mapping.writable: raise PermissionError(f"DISK:{dest.mapping.path} was opened read-only; can't write to it")
-        dest.mv()[:] = src
+    def _free(self, opaque: DiskBuffer, options: Any) -> None: opaque.file.release()
+    def _copyout(self, dest: memoryview, src: DiskBuffer) -> None: src.file.pread_into(src.offset, dest)
+    def _copyin(self, dest: DiskBuffer, src: memoryview) -> None: dest.file.pwrite_from(dest.offset, src)
     def _offset(self, opaque: DiskBuffer, size: int, offset: int) -> DiskBuffer:
-        return DiskBuffer(opaque.mapping, opaque.offset + offset, size)
+        return DiskBuffer(opaque.file, opaque.offset + offset, size)
     def readinto(self, src: DiskBuffer, dest: memoryview) -> None:
-        """Read with the OS (``os.preadv``) instead of faulting pages in through the mapping."""
-        if hasattr(os, "preadv"):
-            done = 0
-            while done < len(dest):
-                n = os.preadv(src.mapping.fd, [dest[done:]], src.offset + done)
-                if n <= 0: raise OSError(f"short read from {src.mapping.path} at {src.offset + done}")
-                done += n
-        else: dest[:] = src.mv()
+        """Read the bytes of ``src`` into ``dest`` (``os.preadv``: no pages are mapped)."""
+        src.file.pread_into(src.offset, dest)
 
 # ---------------------------------------------------------------- no kernels on DISK
 
@@ -125,27 +177,46 @@ class DiskProgram:
     def __init__(self, name: str, lib: bytes): raise DiskComputeError(f"{DISK_ONLY_MESSAGE}; kernel {name} can't run on DISK")
 
 class DiskDevice(Compiled):
-    """``DISK:/path``. The first buffer opened decides the mapped size; a later, larger request while the
+    """``DISK:/path``. The first buffer opened decides the opened size; a later, larger request while the
     file is still open is an error ("can't reopen ... larger"). A file that was replaced or deleted since it
-    was mapped is opened afresh (old buffers keep the old mapping)."""
+    was opened is opened afresh (old buffers keep reading the old file)."""
     def __init__(self, device: str):
         if not device.upper().startswith("DISK:") or len(device) <= 5: raise ValueError(f"a DISK device needs a path: DISK:/path, got {device!r}")
         self.path = device[5:]
-        self.mapping: DiskMapping | None = None
+        self.file: DiskFile | None = None
         super().__init__(device, DiskAllocator(self), DiskRenderer(), DiskCompiler(), DiskProgram)
     @property
     def size(self) -> int | None:
-        """Bytes mapped now (None when the file isn't open)."""
-        return self.mapping.size if self.mapping is not None and self.mapping.refcount > 0 else None
-    def _open(self, size: int) -> DiskMapping:
-        m = self.mapping
+        """Bytes open now (None when the file isn't open)."""
+        return self.file.size if self.file is not None and self.file.refcount > 0 else None
+    def _open(self, size: int, readonly: bool = False) -> DiskFile:
+        m = self.file
         if m is not None and m.refcount > 0 and m.is_current():
             if size > m.size:
                 raise RuntimeError(f"can't reopen DISK:{self.path} with a larger size: it is open with {m.size} bytes, "
                                    f"tried to open it with {size} (release the tensors that use it first)")
             return m.acquire()
-        self.mapping = DiskMapping(self.path, size)
-        return self.mapping.acquire()
+        self.file = DiskFile(self.path, size, readonly)
+        return self.file.acquire()
+
+def disk_file_tensor(path: str | os.PathLike) -> Any:
+    """The whole file at ``path`` as a 1-d uint8 DISK tensor, opened read-only: nothing is read yet, the size is
+    the open file's (no race with a file that changes between a size check and the open), and the file is
+    never created, grown or opened for writing."""
+    from fusegrad.tensor import Tensor
+    from fusegrad.device import Device
+    path = os.path.abspath(os.fspath(path))
+    if not os.path.isfile(path): raise FileNotFoundError(f"no such file: {path}")
+    device = Device[f"DISK:{path}"]
+    with open(path, "rb") as f: size = os.fstat(f.fileno()).st_size
+    if size == 0: raise ValueError(f"{path} is empty")
+    opened = device._open(size, readonly=True)   # held while the tensor's buffer takes its own reference
+    try:
+        t = Tensor.empty(size, dtype=dtypes.uint8, device=f"DISK:{path}")
+        from fusegrad.schedule import buffer_of
+        buffer_of(t.uop.base).ensure_allocated()
+    finally: opened.release()
+    return t
 
 # ---------------------------------------------------------------- views of DISK tensors (no copies)
 
@@ -247,6 +318,14 @@ def disk_buffer(t: Any) -> Any:
     v = disk_view(t)
     if v.numel() == 0: raise ValueError("an empty DISK tensor has no buffer")
     return buffer_of(v.uop.base).ensure_allocated()
+
+def disk_read_into(buffer: Any, offset: int, out: memoryview) -> None:
+    """Read ``len(out)`` bytes at ``offset`` within the DISK ``Buffer`` into ``out`` (a short file raises
+    ``DiskFileError``, it never crashes)."""
+    opaque = buffer.ensure_allocated()._buf
+    if offset < 0 or offset + len(out) > opaque.size:
+        raise ValueError(f"read of [{offset}, {offset + len(out)}) is outside this DISK buffer of {opaque.size} bytes")
+    opaque.file.pread_into(opaque.offset + offset, out)
 
 def tensor_bytes(t: Any) -> bytes:
     """The bytes of a tensor in row-major order (bfloat16 and fp8 as their raw bits), read from its realized

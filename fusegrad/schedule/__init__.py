@@ -59,7 +59,14 @@ class ScheduleItem:
 # ---------------------------------------------------------------- realize decisions
 
 def _is_view_of_buffer(node: UOp) -> bool:
-    return node.base.op is Ops.BUFFER
+    """A view of a buffer, or of a pending ASSIGN (the buffer after the write): reading it needs no kernel of its own."""
+    return node.base.op in (Ops.BUFFER, Ops.ASSIGN)
+
+def assign_target(node: UOp) -> UOp:
+    """The view an ASSIGN writes: its first source, through the movement ops in its arg (a view assign)."""
+    target = node.src[0]
+    for op, arg in node.arg or (): target = UOp(op, target.dtype, (target,), arg)
+    return target
 
 def find_realize_points(roots: list[UOp]) -> list[UOp]:
     """Nodes whose value is stored in a buffer, in dependency order (sources first)."""
@@ -73,7 +80,7 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
         if not _is_view_of_buffer(root) and const_value(root) is None and root.op is not Ops.CONST: realize.add(root)
     for node in order:
         if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY): realize.add(node)
-        if node.op is Ops.COPY and not _is_view_of_buffer(node.src[0]): realize.add(node.src[0])
+        if node.op is Ops.COPY and node.src[0].base.op is not Ops.BUFFER: realize.add(node.src[0])
         # a reduce used in several places is stored once instead of recomputed per use (consumers
         # with the same loops still end up in its kernel: see group_kernels)
         if node.op is Ops.REDUCE_AXIS and len(set(consumers.get(node, []))) > 1: realize.add(node)
@@ -84,10 +91,13 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
     for node in order:
         has_reduce[node] = node.op is Ops.REDUCE_AXIS or any(
             has_reduce[s] for s in node.src if s not in realize and s.op not in boundaries)
+    stored_for_expand: set[UOp] = set()
     for node in order:
         if node.op is Ops.EXPAND:
             base = node.src[0].base
-            if base.op not in (Ops.BUFFER, Ops.CONST) and has_reduce[base]: realize.add(base)
+            if base.op not in (Ops.BUFFER, Ops.CONST) and has_reduce[base] and base not in realize:
+                realize.add(base)
+                stored_for_expand.add(base)
     # a computed value read through several different views (x and x.flip(0), x and x.shrink(...))
     # would be recomputed once per view, and chains of such reads (sort networks, scans, their
     # gradients) grow exponentially: store it once instead
@@ -97,6 +107,9 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
     for node in order:
         recomputed = [s for s in node.src if s not in realize and s.op not in boundaries]
         has_reduce[node] = node.op is Ops.REDUCE_AXIS or any(has_reduce[s] for s in recomputed)
+        # stored only so an expand doesn't repeat a reduce, but the reduce it came from is now
+        # stored itself (decided above): recomputing this value is cheap again
+        if node in stored_for_expand and not has_reduce[node]: realize.discard(node)
         alu_work[node] = min(1 << 20, sum(alu_work[s] for s in recomputed) + (node.op in GroupOp.ALU))
         if node.op in GroupOp.Movement or node.op in boundaries or node in realize: continue
         if not has_reduce[node] and alu_work[node] <= 2: continue
@@ -217,7 +230,7 @@ class _Template:
     items: list[tuple]
     realized: list[tuple[int, tuple]]
     new_buffers: list[tuple]
-    roots: list[tuple]          # what each root becomes: ("same",), ("buffer", ref), ("assign",) or ("const", uop)
+    roots: list[tuple]          # what each root becomes: ("same",), ("buffer", ref), ("view", ref, movement ops) or ("const", uop)
 
 SCHEDULE_CACHE: dict[tuple, _Template] = {}
 SCHEDULE_CACHE_SIZE = 256
@@ -239,18 +252,24 @@ def _from_template(template: _Template, order: list[UOp]) -> tuple[list[Schedule
     becomes: dict[UOp, UOp] = {}
     for index, ref in template.realized:
         node = order[index]
-        becomes[node] = node.src[0] if node.op is Ops.ASSIGN else resolve(ref).reshape(node.shape)
+        becomes[node] = resolve(ref).reshape(node.shape)
     for root, result in zip(order[-1].src, template.roots):
         if result[0] == "buffer": becomes[root] = resolve(result[1]).reshape(root.shape)
-        elif result[0] == "assign": becomes[root] = root.src[0]
+        elif result[0] == "view":
+            view = resolve(result[1])
+            for op, arg in result[2]: view = UOp(op, view.dtype, (view,), arg)
+            becomes[root] = view
         elif result[0] == "const": becomes[root] = result[1]
     return items, becomes
 
 def _root_result(root: UOp, new: UOp | None, ref) -> tuple | None:
     from fusegrad.schedule.tensor_rules import const_value
     if new is None: return ("same",)
-    if root.op is Ops.ASSIGN and new is root.src[0]: return ("assign",)
     if new.base.op is Ops.BUFFER and new.op in (Ops.BUFFER, Ops.RESHAPE): return ("buffer", ref(new.base))
+    if new.base.op is Ops.BUFFER:   # a view of a buffer (a slice of an assigned tensor)
+        chain, node = [], new
+        while node.op in GroupOp.Movement: chain, node = [(node.op, node.arg)] + chain, node.src[0]
+        return ("view", ref(node), tuple(chain))
     if not any(x.op is Ops.BUFFER for x in new.toposort): return ("const", new)
     return None
 
@@ -298,13 +317,24 @@ def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UO
     sink = UOp(Ops.SINK, dtypes.void, tuple(roots))
     simplify_memo = graph_rewrite_memo(sink, tensor_simplify)
     simplified = list(simplify_memo[sink].src)
+    # a root that is (a view of) an assign's result which a later assign in this schedule writes
+    # over must keep that value: it gets a copy (``b = a`` between two assigns to ``a``)
+    overwritten = {assign_target(n).base for n in simplify_memo[sink].toposort if n.op is Ops.ASSIGN}
+    simplified = [UOp(Ops.CONTIGUOUS, r.dtype, (r,)) if r.base in overwritten and r.base.op is Ops.ASSIGN else r for r in simplified]
     becomes: dict[UOp, UOp] = {r: s for r, s in zip(roots, simplified) if r is not s}
     points = find_realize_points(simplified)
     realized: dict[UOp, UOp] = {}
     items: list[ScheduleItem] = []
+    # write-after-read order: a kernel that reads a buffer as assign A left it runs before the
+    # assign that overwrites A's result (whose target is A)
+    readers_of: dict[UOp, set[int]] = {}       # ASSIGN node -> items reading its result
+    overwriter: dict[UOp, list[int]] = {}      # ASSIGN node -> items of the assigns that write over it
+    assign_item: dict[UOp, int] = {}           # ASSIGN node -> the item that performs it
     def add_kernel(outputs: list, assigned: tuple = ()) -> None:
-        ast, buffers, raw_reads = build_kernel(outputs, realized)
+        assigns_read: set[UOp] = set()
+        ast, buffers, raw_reads = build_kernel(outputs, realized, assigns_read)
         ast, var_vals = _unbind(ast)
+        for a in assigns_read: readers_of.setdefault(a, set()).add(len(items))
         items.append(ScheduleItem(ast, tuple(buffers), var_vals, frozenset(raw_reads), assigned))
     for unit in group_kernels(points):
         if len(unit) > 1:
@@ -322,7 +352,7 @@ def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UO
             realized[node] = out
             continue
         if node.op is Ops.ASSIGN:
-            target, value = node.src
+            target, value = assign_target(node), node.src[1]
             target_buffer = realized.get(target.base, target.base)
             ast, buffers, _ = build_kernel([(value, target, target_buffer)], realized)
             if reads_other_elements(ast, buffers.index(target_buffer)):
@@ -330,6 +360,8 @@ def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UO
                 temp = new_buffer_uop(node.device, prod(value.shape), value.dtype)
                 add_kernel([(value, temp, temp)])
                 value = temp.reshape(value.shape)
+            if target.base.op is Ops.ASSIGN: overwriter.setdefault(target.base, []).append(len(items))
+            assign_item[node] = len(items)
             add_kernel([(value, target, target_buffer)], (target_buffer,))
             realized[node] = target_buffer
             continue
@@ -339,9 +371,7 @@ def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UO
         realized[node] = out
     # every realized node becomes a view of its buffer
     node_map = {}
-    for node, buffer in realized.items():
-        if node.op is Ops.ASSIGN: node_map[node] = node.src[0]
-        else: node_map[node] = buffer.reshape(node.shape)
+    for node, buffer in realized.items(): node_map[node] = buffer.reshape(node.shape)
     final = [r.substitute(node_map) for r in simplified] if node_map else simplified
     for original, new in zip(roots, final):
         if original is not new: becomes[original] = new
@@ -351,19 +381,23 @@ def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UO
     for original, rewritten in simplify_memo.items():
         if original is not rewritten and rewritten in node_map: becomes.setdefault(original, node_map[rewritten])
     realized = {**realized, **{o: realized[r] for o, r in simplify_memo.items() if o is not r and r in realized}}
-    items = order_for_memory(items, {realized[r] for r in simplified if r in realized})
+    after = [(reader, writer) for a, writers in overwriter.items() for writer in writers for reader in readers_of.get(a, ()) if reader != writer]
+    after += [(assign_item[a], reader) for a, readers in readers_of.items() if a in assign_item for reader in readers]
+    items = order_for_memory(items, {realized[r] for r in simplified if r in realized}, after)
     if DEBUG >= 1 and len(items) >= 10: print(f"scheduled {len(items)} kernels")
     return items, becomes, realized
 
-def order_for_memory(items: list[ScheduleItem], kept: set[UOp] = frozenset()) -> list[ScheduleItem]:
+def order_for_memory(items: list[ScheduleItem], kept: set[UOp] = frozenset(), before: list[tuple[int, int]] = ()) -> list[ScheduleItem]:
     """Reorder kernels (keeping every dependency) so intermediates die early: among the kernels
     whose inputs are ready, run the one that frees the most bytes net of the new intermediates
     it allocates (``kept`` buffers outlive the schedule anyway), then the oldest.
 
-    Dependencies: a kernel reading a buffer waits for its latest writer; a kernel reading a
+    Dependencies: a kernel reading a buffer waits for its writer (for an assigned buffer, the
+    assign whose result it reads, given in ``before``); a kernel reading a
     buffer's contents from *before* this schedule runs before every kernel that assigns to it
-    (so `b + a.sum()` built before `a.assign(...)` sees the old `a`). If both can't hold, the
-    reads and assigns form a cycle and that is an error."""
+    (so `b + a.sum()` built before `a.assign(...)` sees the old `a`); ``before`` holds more
+    (i, j) pairs: item i runs before item j. If these can't all hold, the reads and assigns form a
+    cycle and that is an error that names the kernels in it."""
     assigners: dict[UOp, list[int]] = {}
     for i, item in enumerate(items):
         for b in item.assigns: assigners.setdefault(b, []).append(i)
@@ -377,11 +411,12 @@ def order_for_memory(items: list[ScheduleItem], kept: set[UOp] = frozenset()) ->
             if b in item.raw_reads and b in assigners:
                 for j in assigners[b]:
                     if j != i: deps[j].add(i)
-            elif b in writer: deps[i].add(writer[b])
+            elif b in writer and b not in assigners: deps[i].add(writer[b])   # assigned buffers: ``before`` orders their reads
         for b in outs:
             if b in writer: deps[i].add(writer[b])
         for b in ins: readers.setdefault(b, set()).add(i)
         for b in outs: writer[b] = i
+    for i, j in before: deps[j].add(i)
     for i in range(len(items)): deps[i].discard(i)
     remaining_reads = {b: len(r) for b, r in readers.items()}
     users: dict[int, list[int]] = {}
@@ -407,6 +442,25 @@ def order_for_memory(items: list[ScheduleItem], kept: set[UOp] = frozenset()) ->
             waiting[u] -= 1
             if waiting[u] == 0: ready.append(u)
     if len(order) != len(items):
-        raise RuntimeError("these assigns and reads form a cycle: a kernel must read a buffer's old contents after another "
-                           "kernel overwrote it; realize the reads before assigning")
+        cycle = _find_cycle(deps, set(range(len(items))) - set(order))
+        names = " -> ".join(_describe(items[i]) for i in cycle + cycle[:1])
+        raise RuntimeError(f"these assigns and reads form a cycle: {names}. Each kernel must run before the next one "
+                           "(it reads a buffer's contents that the next one overwrites, or needs its result); realize "
+                           "some of the reads before assigning")
     return [items[i] for i in order]
+
+def _find_cycle(deps: list[set[int]], stuck: set[int]) -> list[int]:
+    """A cycle among the items that could never run: follow dependencies until one repeats."""
+    path, seen, node = [], {}, min(stuck)
+    while node not in seen:
+        seen[node] = len(path)
+        path.append(node)
+        node = min(d for d in deps[node] if d in stuck)
+    # deps point from an item to what must run first: reverse to read in run order
+    return list(reversed(path[seen[node]:]))
+
+def _describe(item: ScheduleItem) -> str:
+    """A short name for a kernel in an error message: what it writes."""
+    n_out = len(item.ast.src) if item.ast.op is Ops.SINK else 1
+    outs = ", ".join(f"buffer {b.arg[0]} ({b.dtype.name}[{b.arg[2]}])" for b in item.buffer_uops[:n_out])
+    return f"{'assign to' if item.assigns else 'kernel writing'} {outs}"

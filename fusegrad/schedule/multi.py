@@ -49,9 +49,10 @@ def _along(shape: tuple, axis: int, bound: tuple) -> tuple:
     return tuple(bound if i == axis else (0, s) for i, s in enumerate(shape))
 
 def check_divisible(shape: tuple, axis: int, devices: tuple) -> None:
+    """Shards are equal slices (tinygrad's rule): a size the device count doesn't divide is a RuntimeError."""
     size = shape[axis]
     if not isinstance(size, int) or size % len(devices) != 0:
-        raise ValueError(f"can't shard shape {shape} along axis {axis} over {len(devices)} devices {devices}: "
+        raise RuntimeError(f"can't shard shape {shape} along axis {axis} over {len(devices)} devices {devices}: "
                          f"size {size} is not divisible by {len(devices)}")
 
 def _is_stored(x: UOp) -> bool:

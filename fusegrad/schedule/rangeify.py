@@ -60,6 +60,7 @@ class KernelBuilder:
     range_count: int = 0
     memo: dict[tuple, UOp] = field(default_factory=dict)
     raw_reads: set[UOp] = field(default_factory=set)   # buffers read as they were before this schedule
+    assigns_read: set[UOp] = field(default_factory=set)   # ASSIGN nodes read: buffers as one of this schedule's writes left them
     reduce_ranges: dict[tuple, tuple[UOp, ...]] = field(default_factory=dict)
     simplified: dict[UOp, UOp] = field(default_factory=dict)        # symbolic rewrites of index math so far
 
@@ -138,6 +139,7 @@ class KernelBuilder:
 
     def _lower(self, node: UOp, idxs: tuple[UOp, ...], valid: UOp | None) -> UOp:
         if (buffer := self.realized.get(node)) is not None and node.op is not Ops.BUFFER:
+            if node.op is Ops.ASSIGN: self.assigns_read.add(node)
             return self.load(buffer, node.shape, idxs, valid)
         op = node.op
         if op is Ops.BUFFER:
@@ -190,11 +192,13 @@ class KernelBuilder:
         if buffer.op is not Ops.BUFFER: raise RuntimeError(f"assign target must be a realized buffer, got {node.op}")
         return flat_index(idxs, node.shape), valid, buffer
 
-def build_kernel(outputs: list[tuple[UOp, UOp, UOp]], realized: dict[UOp, UOp]) -> tuple[UOp, list[UOp], set[UOp]]:
+def build_kernel(outputs: list[tuple[UOp, UOp, UOp]], realized: dict[UOp, UOp],
+                 assigns_read: set[UOp] | None = None) -> tuple[UOp, list[UOp], set[UOp]]:
     """Build one kernel that computes every ``(value node, store target view, output buffer)``.
     All outputs share the shape of the first one (and so share their loops).
     Returns the AST (a SINK of STOREs), the BUFFER uops in PARAM slot order, and the buffers read
-    with their contents from before this schedule (see KernelBuilder.raw_reads)."""
+    with their contents from before this schedule (see KernelBuilder.raw_reads). ``assigns_read``, if
+    given, receives the ASSIGN nodes whose results the kernel reads."""
     builder = KernelBuilder(realized)
     for _, _, out_buffer in outputs: builder.slots.setdefault(out_buffer, len(builder.slots))
     # outputs may differ only in size-1 dims: loops come from the non-1 dims, shared by all
@@ -213,6 +217,7 @@ def build_kernel(outputs: list[tuple[UOp, UOp, UOp]], realized: dict[UOp, UOp]) 
         stores.append(builder.param(out_buffer).index(index, gate).store(value))
     ast = UOp(Ops.SINK, dtypes.void, tuple(stores))
     buffers = sorted(builder.slots, key=builder.slots.__getitem__)
+    if assigns_read is not None: assigns_read.update(builder.assigns_read)
     return ast, buffers, builder.raw_reads
 
 def reads_other_elements(ast: UOp, slot: int) -> bool:

@@ -11,6 +11,7 @@ from fusegrad.codegen.opt import Opt, OptOps, KernelOptError, apply_opt, kernel_
 from fusegrad.codegen.opt.search import candidate_actions
 from fusegrad.uop.ops import Ops
 from fusegrad.engine.realize import CompiledRunner
+from helpers import random_action_list
 
 def _kernel(build, device):
     """The last kernel of ``build()``'s schedule, with its input buffers realized."""
@@ -385,15 +386,7 @@ def test_random_action_lists_match_unoptimized(device, kernels):
         np.testing.assert_allclose(_run(item, None, device), _run(item, [], device), rtol=1e-4, atol=1e-5, err_msg=str(item.ast.arg))
         reference = _run(item, [], device)
         for trial in range(25):
-            ast, opts = item.ast, []
-            for _ in range(choose.randint(1, 4)):
-                actions = candidate_actions(ast, renderer)
-                choose.shuffle(actions)
-                for action in actions[:20]:
-                    try: ast = apply_opt(ast, action, renderer)
-                    except KernelOptError: continue
-                    opts.append(action)
-                    break
+            ast, opts = random_action_list(item.ast, renderer, choose)
             ids = [r.arg[0] for r in {x for x in ast.toposort if x.op is Ops.RANGE}]
             assert len(ids) == len(set(ids)), f"two ranges share an id after {opts}"
             if trial < 4:

@@ -1,12 +1,12 @@
-"""The DISK device: memory-mapped files, sub-buffers, zero-copy reads, writes through copyin, and the
-error for anything that would need a kernel."""
-import os
+"""The DISK device: files read with pread (a truncated file is an error, not SIGBUS), sub-buffers, writes
+through copyin, read-only opening for loaders, and the error for anything that would need a kernel."""
+import os, subprocess, sys, textwrap
 import numpy as np
 import pytest
 from fusegrad import Tensor, dtypes, Device
 from fusegrad.device import Buffer
 from fusegrad.schedule import buffer_of
-from fusegrad.runtime.ops_disk import DiskDevice, DiskComputeError, disk_view, disk_buffer, DISK_ONLY_MESSAGE
+from fusegrad.runtime.ops_disk import DiskDevice, DiskComputeError, disk_view, disk_buffer, disk_file_tensor, DISK_ONLY_MESSAGE
 
 @pytest.fixture
 def data_file(tmp_path):
@@ -60,16 +60,59 @@ def test_bitcast_changing_itemsize_is_a_view(data_file):
     with pytest.raises(ValueError, match="doesn't divide"):
         disk_view(t[0:6], dtype=dtypes.uint32)
 
-def test_zero_copy_as_buffer_sees_file_writes(data_file):
+def test_reads_see_the_file_at_read_time(data_file):
     path, _ = data_file
     t = Tensor.empty(64, dtype=dtypes.uint8, device=f"disk:{path}")
     buf = disk_buffer(t[4:8])
-    mv = buf.as_buffer(allow_zero_copy=True)
     with open(path, "r+b") as f:
         f.seek(4)
         f.write(b"\xaa\xbb\xcc\xdd")
-    assert bytes(mv) == b"\xaa\xbb\xcc\xdd"   # the same pages: no copy was taken
-    del mv
+    assert bytes(buf.as_buffer(allow_zero_copy=True)) == b"\xaa\xbb\xcc\xdd"   # read from the file now, not earlier
+
+def _run_isolated(code: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter: a SIGBUS there fails the test instead of killing pytest."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+def test_file_truncated_after_open_raises_instead_of_crashing(tmp_path):
+    path = tmp_path / "big.bin"
+    path.write_bytes(bytes(range(256)) * 64)   # 16 KiB: several pages
+    result = _run_isolated(f"""
+        import os
+        from fusegrad import Tensor, dtypes
+        from fusegrad.runtime.ops_disk import DiskFileError
+        t = Tensor.empty(16384, dtype=dtypes.uint8, device="disk:{path}")
+        assert t[:16].numpy().tolist() == list(range(16))
+        os.truncate("{path}", 100)
+        try: t[8192:].numpy()
+        except DiskFileError as e: print("raised:", e)
+    """)
+    assert result.returncode == 0, f"the process died (returncode {result.returncode}): {result.stderr[-2000:]}"
+    assert "raised:" in result.stdout and "truncated" in result.stdout
+
+def _open_flags(path: str) -> list[int]:
+    """The access modes (os.O_RDONLY / O_WRONLY / O_RDWR) of this process's open descriptors of ``path``."""
+    modes = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") != path: continue
+            flags = next(line for line in open(f"/proc/self/fdinfo/{fd}") if line.startswith("flags:"))
+        except OSError: continue
+        modes.append(int(flags.split()[1], 8) & os.O_ACCMODE)
+    return modes
+
+def test_disk_file_tensor_opens_read_only(data_file):
+    path, payload = data_file
+    t = disk_file_tensor(path)
+    assert t.shape == (64,) and t.device == f"DISK:{path}"
+    assert _open_flags(path) == [os.O_RDONLY]
+    np.testing.assert_array_equal(t.numpy(), payload)
+    assert _open_flags(path) == [os.O_RDONLY]
+    # an explicit write still works: it opens a writable descriptor then
+    disk_buffer(t[0:2]).copyin(memoryview(b"hi"))
+    assert open(path, "rb").read(2) == b"hi"
+    with pytest.raises(FileNotFoundError):
+        disk_file_tensor(os.path.join(os.path.dirname(path), "missing.bin"))
 
 def test_copyin_writes_the_file(data_file):
     path, payload = data_file
@@ -158,3 +201,37 @@ def test_disk_assign_writes_through(tmp_path):
 def struct_unpack(fmt, b):
     import struct
     return struct.unpack(fmt, b)[0]
+
+# ---------------------------------------------------------------- tensors over files (mutation task)
+
+def test_tensor_from_path_is_a_uint8_disk_tensor(tmp_path):
+    import pathlib
+    path = tmp_path / "bytes.bin"
+    path.write_bytes(bytes(range(20)))
+    t = Tensor(pathlib.Path(path))
+    assert t.device.startswith("DISK:") and t.dtype == dtypes.uint8 and t.shape == (20,)
+    np.testing.assert_array_equal(t[4:8].to("CPU").numpy(), np.arange(4, 8, dtype=np.uint8))
+
+def test_setitem_through_a_disk_slice_writes_the_file(tmp_path):
+    path = tmp_path / "w.bin"
+    path.write_bytes(bytes(16))
+    t = Tensor.empty(16, dtype=dtypes.uint8, device=f"disk:{path}")
+    t[4:8] = Tensor([1, 2, 3, 4], dtype=dtypes.uint8)
+    expected = np.zeros(16, np.uint8)
+    expected[4:8] = [1, 2, 3, 4]
+    assert path.read_bytes() == expected.tobytes()
+    with pytest.raises(RuntimeError, match="DISK"): t[Tensor([0, 1])] = 5
+
+def test_cast_on_disk_raises(tmp_path):
+    t = Tensor.empty(8, dtype=dtypes.uint8, device=f"disk:{tmp_path / 'c.bin'}")
+    with pytest.raises(NotImplementedError, match="DISK"): t.cast(dtypes.float32)
+    np.testing.assert_array_equal(t.bitcast(dtypes.int32).to("CPU").numpy(), np.zeros(2, np.int32))
+
+@pytest.mark.parametrize("source, target", [(np.float32, np.uint8), (np.float32, np.float16), (np.uint8, np.float32),
+                                            (np.float64, np.int16), (np.int16, np.int64), (np.float32, np.int64)])
+def test_bitcast_between_item_sizes_on_cpu(source, target):
+    data = np.random.default_rng(0).integers(0, 255, 64, dtype=np.uint8).view(source).reshape(2, -1)
+    if np.issubdtype(source, np.floating): data = np.nan_to_num(data)
+    from fusegrad.dtype import from_np
+    out = Tensor(data).bitcast(from_np(np.dtype(target))).numpy()
+    np.testing.assert_array_equal(out.view(np.uint8), data.view(target).view(np.uint8))

@@ -109,7 +109,7 @@ def beam_search(ast: UOp, renderer, width: int) -> list[Opt]:
     from fusegrad.device import diskcache_get, diskcache_put
     device = renderer.device
     key = _cache_key(ast, device, width, renderer)
-    if not IGNORE_BEAM_CACHE and (cached := diskcache_get("beam_search", key)) is not None: return cached
+    if not IGNORE_BEAM_CACHE and (cached := _opts_from_cache(diskcache_get("beam_search", key))) is not None: return cached
     real, ast = ast, _shrunk(ast)
     buffers = _buffers_for(ast, device)
     start = time.perf_counter()
@@ -149,8 +149,24 @@ def beam_search(ast: UOp, renderer, width: int) -> list[Opt]:
     # (found on the shrunk kernel: keep the actions that apply to the real one, in order)
     if ast is not real: best_opts = _applicable_prefix(real, renderer, best_opts)
     if DEBUG >= 1: print(f"beam search {time.perf_counter() - start:.2f} s: {best_time*1e6:.2f} us with {best_opts}")
-    diskcache_put("beam_search", key, best_opts)
+    diskcache_put("beam_search", key, [[o.op.name, o.axis, list(o.arg) if isinstance(o.arg, tuple) else o.arg] for o in best_opts])
     return best_opts
+
+def _opts_from_cache(entry: Any) -> list[Opt] | None:
+    """The action list of a beam-cache entry (plain JSON: ``[op name, axis, arg]`` per action), or None when the
+    entry is missing or malformed (then the search runs again)."""
+    if not isinstance(entry, list): return None
+    opts = []
+    for item in entry:
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str) and item[0] in OptOps.__members__): return None
+        _, axis, arg = item
+        if not (axis is None or isinstance(axis, int)): return None
+        if isinstance(arg, list):
+            if not all(isinstance(a, int) for a in arg): return None
+            arg = tuple(arg)
+        elif not (arg is None or isinstance(arg, int)): return None
+        opts.append(Opt(OptOps[item[0]], axis, arg))
+    return opts
 
 SHRINK_TO = 256
 

@@ -1,0 +1,52 @@
+"""The CPU device's cache of compiled libraries: a cached .so is checked against its content hash before it is
+loaded, so a truncated one (SIGBUS in the loader) or a swapped/edited one (someone else's code) is rewritten."""
+from __future__ import annotations
+import hashlib, os, pathlib, subprocess, sys, textwrap
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+# two different kernels with the same name (E_3): a library swapped for the other still has the function it needs
+PROGRAM = """
+    from fusegrad import Tensor
+    a = Tensor([1.0, 2.0, 3.0]).realize()
+    print((a * 2).tolist(), (a + 1).tolist())
+"""
+EXPECTED = "[2.0, 4.0, 6.0] [2.0, 3.0, 4.0]"
+
+def run_with_cache(cache: pathlib.Path) -> subprocess.CompletedProcess:
+    """PROGRAM in a fresh interpreter using ``cache`` as its cache directory (a crash fails the test, not pytest)."""
+    env = {**os.environ, "FUSEGRAD_CACHE": str(cache), "CACHEDB": str(cache / "cache.db"), "DEV": "CPU"}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(PROGRAM)], capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+
+def libraries(cache: pathlib.Path) -> list[pathlib.Path]:
+    return sorted((cache / "libs").glob("*.so"))
+
+def assert_libraries_match_their_names(cache: pathlib.Path) -> None:
+    for lib in libraries(cache): assert hashlib.sha256(lib.read_bytes()).hexdigest() == lib.stem, lib
+
+@pytest.fixture
+def warm_cache(tmp_path):
+    first = run_with_cache(tmp_path)
+    assert first.returncode == 0 and first.stdout.strip() == EXPECTED, first.stderr[-2000:]
+    assert len(libraries(tmp_path)) == 2
+    return tmp_path
+
+def test_truncated_cached_library_is_rebuilt(warm_cache):
+    for lib in libraries(warm_cache): os.truncate(lib, 100)
+    again = run_with_cache(warm_cache)
+    assert again.returncode == 0, f"the process died (returncode {again.returncode}): {again.stderr[-2000:]}"
+    assert again.stdout.strip() == EXPECTED
+    assert "doesn't match its hash" in again.stderr
+    assert_libraries_match_their_names(warm_cache)
+
+def test_swapped_cached_library_does_not_run(warm_cache):
+    first, second = libraries(warm_cache)
+    a, b = first.read_bytes(), second.read_bytes()
+    first.write_bytes(b)   # each file now holds the other kernel: same function name, other code
+    second.write_bytes(a)
+    again = run_with_cache(warm_cache)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.strip() == EXPECTED
+    assert "doesn't match its hash" in again.stderr
+    assert_libraries_match_their_names(warm_cache)

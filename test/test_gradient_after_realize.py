@@ -1,0 +1,90 @@
+"""gradient() and backward() on tensors that never set requires_grad, after part of the graph (or
+all of it) was realized: realizing must not cut the graph that is differentiated. References
+come from PyTorch (with requires_grad set on its side)."""
+import numpy as np
+import torch
+from fusegrad import Tensor
+
+ROW = [[1., 5., 3.]]
+
+def _torch_reference(build, data) -> np.ndarray:
+    y = torch.tensor(data, requires_grad=True)
+    build(y).backward()
+    return y.grad.numpy()
+
+def test_issue_example_realized_intermediate():
+    y = Tensor(ROW)
+    m = y.max()
+    o = (y * m).sum()
+    m.realize()
+    expected = _torch_reference(lambda y: (y * y.max()).sum(), ROW)   # [[5, 14, 5]]
+    np.testing.assert_allclose(o.gradient(y)[0].numpy(), expected)
+
+def test_realized_loss_itself():
+    y = Tensor(ROW)
+    o = (y * y.max()).sum()
+    assert o.item() == 45.0
+    np.testing.assert_allclose(o.gradient(y)[0].numpy(), _torch_reference(lambda y: (y * y.max()).sum(), ROW))
+
+def test_realized_intermediate_whose_tensor_is_gone():
+    y = Tensor(ROW)
+    o = (y * y.max().realize()).sum()   # the realized max's tensor is a temporary
+    np.testing.assert_allclose(o.gradient(y)[0].numpy(), _torch_reference(lambda y: (y * y.max()).sum(), ROW))
+
+def test_realized_tensor_used_twice():
+    data = [[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]]
+    y = Tensor(data)
+    s = y.softmax(-1)
+    o = (s * y).sum() + (s * s).sum()
+    s.realize()
+    expected = _torch_reference(lambda y: (y.softmax(-1) * y).sum() + (y.softmax(-1) ** 2).sum(), data)
+    np.testing.assert_allclose(o.gradient(y)[0].numpy(), expected, rtol=1e-5, atol=1e-6)
+
+def test_realized_in_two_steps():
+    y = Tensor(ROW)
+    m = y.max()
+    o = (y * m).sum()
+    m.realize()
+    o.realize()   # the loss's graph reads m's buffer, whose own graph is still reachable
+    del m
+    np.testing.assert_allclose(o.gradient(y)[0].numpy(), _torch_reference(lambda y: (y * y.max()).sum(), ROW))
+
+def test_after_backward_of_another_loss():
+    y = Tensor(ROW)
+    m = y.max()
+    first = (m * 2 + y.sum())
+    first.backward()   # no requires_grad anywhere: every float tensor in the graph gets .grad
+    np.testing.assert_allclose(y.grad.numpy(), _torch_reference(lambda y: y.max() * 2 + y.sum(), ROW))
+    o = (y * m).sum()
+    m.realize()
+    np.testing.assert_allclose(o.gradient(y)[0].numpy(), _torch_reference(lambda y: (y * y.max()).sum(), ROW))
+
+def test_backward_through_realized_intermediate_without_requires_grad():
+    y = Tensor(ROW)
+    m = y.max()
+    o = (y * m).sum()
+    m.realize()
+    o.backward()
+    np.testing.assert_allclose(y.grad.numpy(), _torch_reference(lambda y: (y * y.max()).sum(), ROW))
+
+def test_gradient_with_respect_to_realized_intermediate():
+    y = Tensor(ROW)
+    m = y.max()
+    o = (y * m).sum()
+    m.realize()
+    dm, dy = o.gradient(m, y)
+    assert dm.item() == 9.0   # sum(y)
+    np.testing.assert_allclose(dy.numpy(), [[5., 14., 5.]])
+
+def test_matmul_chain_realized_between_layers():
+    rng = np.random.default_rng(0)
+    xn, w1n, w2n = (rng.standard_normal(s).astype(np.float32) for s in ((4, 3), (3, 5), (5, 2)))
+    x, w1, w2 = Tensor(xn), Tensor(w1n), Tensor(w2n)
+    hidden = (x @ w1).relu().realize()
+    loss = (hidden @ w2).square().mean()
+    loss.realize()
+    grads = loss.gradient(w1, w2)
+    tw1, tw2 = torch.tensor(w1n, requires_grad=True), torch.tensor(w2n, requires_grad=True)
+    ((torch.tensor(xn) @ tw1).relu() @ tw2).square().mean().backward()
+    np.testing.assert_allclose(grads[0].numpy(), tw1.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grads[1].numpy(), tw2.grad.numpy(), rtol=1e-5, atol=1e-6)

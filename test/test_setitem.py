@@ -1,0 +1,132 @@
+"""setitem with every index kind against numpy, its errors, kernel counts and gradients (PyTorch)."""
+import numpy as np
+import pytest
+import torch
+from fusegrad import Tensor, GlobalCounters, dtypes
+
+def _pair(shape=(3, 4), dtype=np.float32) -> tuple[Tensor, np.ndarray]:
+    ref = np.arange(int(np.prod(shape))).reshape(shape).astype(dtype)
+    return Tensor(ref).contiguous().realize(), ref.copy()
+
+MASK = np.arange(12).reshape(3, 4) % 3 == 0
+CASES = [
+    ("int", 1, 7.0),
+    ("negative int", -1, 7.0),
+    ("int pair", (2, 1), 7.0),
+    ("slice", slice(0, 2), 7.0),
+    ("step", (slice(None), slice(None, None, 2)), 7.0),
+    ("negative step", (slice(None), slice(None, None, -2)), np.array([1.0, 2.0], np.float32)),
+    ("None", (None, 1), 7.0),
+    ("Ellipsis", (Ellipsis, 1), np.array([1.0, 2.0, 3.0], np.float32)),
+    ("bool mask", MASK, 7.0),
+    ("bool mask rows", np.array([True, False, True]), np.array([1.0, 2.0, 3.0, 4.0], np.float32)),
+    ("bool mask one row per true", MASK, np.array([10.0, 20.0, 30.0, 40.0], np.float32)),
+    ("tensor index", np.array([0, 2]), 7.0),
+    ("list index", [0, 2], np.array([[1.0, 2, 3, 4], [5, 6, 7, 8]], np.float32)),
+    ("negative list index", [-1], 9.0),
+    ("two index arrays", (np.array([0, 1]), np.array([1, 3])), np.array([100.0, 200.0], np.float32)),
+    ("tuples as indices", ((0, 2), (3, 0)), np.array([100.0, 200.0], np.float32)),
+    ("slice and index", (slice(1, None), [0, 2]), np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)),
+    ("index then slice", ([2, 0], slice(None, None, 2)), 5.0),
+    ("list value", 1, [1.0, 2.0, 3.0, 4.0]),
+    ("numpy float64 value", 1, np.array([1.0, 2.0, 3.0, 4.0])),
+    ("int scalar", 1, 3),
+]
+
+def _as_index(i):
+    """The same index for fusegrad: numpy arrays become tensors (lists and tuples stay)."""
+    if isinstance(i, tuple): return tuple(_as_index(j) for j in i)
+    return Tensor(i) if isinstance(i, np.ndarray) else i
+
+@pytest.mark.parametrize("name, index, value", CASES, ids=[c[0] for c in CASES])
+def test_setitem_matches_numpy(name, index, value):
+    x, ref = _pair()
+    x[_as_index(index)] = Tensor(value) if isinstance(value, np.ndarray) and value.dtype == np.float32 else value
+    ref[index] = value
+    np.testing.assert_array_equal(x.numpy(), ref)
+
+def test_duplicate_indices_last_write_wins():
+    x, ref = _pair()
+    x[Tensor([0, 2, 0])] = Tensor([[1.0] * 4, [2.0] * 4, [3.0] * 4])
+    ref[[0, 2, 0]] = [[1.0] * 4, [2.0] * 4, [3.0] * 4]     # numpy: the last write wins too
+    np.testing.assert_array_equal(x.numpy(), ref)
+
+def test_int_tensor_setitem_casts_python_values():
+    x, ref = _pair(dtype=np.int32)
+    x[0, 1:3] = 2.7
+    ref[0, 1:3] = 2.7
+    x[1] += 10
+    ref[1] += 10
+    np.testing.assert_array_equal(x.numpy(), ref)
+
+def test_slice_setitem_is_one_kernel():
+    x, ref = _pair((64, 64))
+    x[3:5, ::2] = 1.0
+    GlobalCounters.reset()
+    x.realize()
+    assert GlobalCounters.kernel_count == 1
+    ref[3:5, ::2] = 1.0
+    np.testing.assert_array_equal(x.numpy(), ref)
+
+def test_overlapping_setitem_reads_first():
+    x, ref = _pair((8,))
+    x[1:] = x[:-1]
+    ref[1:] = ref[:-1].copy()
+    np.testing.assert_array_equal(x.numpy(), ref)
+
+def test_setitem_on_unrealized_tensor():
+    x, ref = _pair()
+    y = x + 1
+    y[0] = 5.0
+    expected = ref + 1
+    expected[0] = 5.0
+    np.testing.assert_array_equal(y.numpy(), expected)
+
+def test_setitem_errors():
+    x, _ = _pair()
+    with pytest.raises(RuntimeError, match="dtype"): x[0] = Tensor([1, 2, 3, 4])
+    y = x + 1
+    _other = y * 2
+    with pytest.raises(RuntimeError, match="other lazy uses"): y[0] = 1.0
+    z, _ = _pair()
+    _lazy = z + 1
+    with pytest.raises(RuntimeError, match="other lazy uses"): z[0] = 1.0
+    w, ref = _pair()
+    with pytest.raises(ValueError, match="shape"): w[0] = Tensor([1.0, 2.0])
+    with pytest.raises(IndexError): w[Tensor([True, False])] = 1.0
+    np.testing.assert_array_equal(w.numpy(), ref)
+
+def test_views_of_a_realized_tensor_see_the_write():
+    x, ref = _pair()
+    row = x[0]
+    x[1] = 5.0
+    np.testing.assert_array_equal(row.numpy(), ref[0])
+    ref[1] = 5.0
+    np.testing.assert_array_equal(x.numpy(), ref)
+
+def test_gradient_through_setitem():
+    a_np, b_np, w_np = np.array([1.0, 2.0, 3.0, 4.0], np.float32), np.array([10.0, 20.0], np.float32), np.arange(1, 5, dtype=np.float32)
+    a, b = Tensor(a_np, requires_grad=True), Tensor(b_np, requires_grad=True)
+    x = a.clone()
+    x[1:3] = b
+    (x * Tensor(w_np)).sum().backward()
+    ta, tb = torch.tensor(a_np, requires_grad=True), torch.tensor(b_np, requires_grad=True)
+    tx = ta.clone()
+    tx[1:3] = tb
+    (tx * torch.tensor(w_np)).sum().backward()
+    np.testing.assert_allclose(x.numpy(), tx.detach().numpy())
+    np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy())      # zero where overwritten
+    np.testing.assert_allclose(b.grad.numpy(), tb.grad.numpy())
+
+def test_gradient_through_advanced_setitem():
+    a_np, b_np = np.arange(6, dtype=np.float32).reshape(3, 2), np.array([[5.0, 6.0]], np.float32)
+    a, b = Tensor(a_np, requires_grad=True), Tensor(b_np, requires_grad=True)
+    x = a * 1.5
+    x[[2, 0]] = b
+    (x * x).sum().backward()
+    ta, tb = torch.tensor(a_np, requires_grad=True), torch.tensor(b_np, requires_grad=True)
+    tx = ta * 1.5
+    tx[[2, 0]] = tb
+    (tx * tx).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(b.grad.numpy(), tb.grad.numpy(), rtol=1e-6)
