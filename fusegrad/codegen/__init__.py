@@ -7,7 +7,7 @@
 """
 from __future__ import annotations
 from fusegrad.dtype import dtypes
-from fusegrad.helpers import prod, DEBUG, NOOPT, TRANSCENDENTAL, VECTORIZE
+from fusegrad.helpers import prod, DEBUG, NOOPT, TRANSCENDENTAL, VECTORIZE, BEAM, USE_TC, TC_OPT, ContextVar
 from fusegrad.uop.ops import UOp, Ops, GroupOp, AxisType, graph_rewrite
 from fusegrad.uop.symbolic import symbolic
 from fusegrad.renderer import Renderer, ProgramSpec
@@ -16,6 +16,15 @@ from fusegrad.codegen.lowering import lower_reduces, lower_group_reduces, to_lau
 from fusegrad.codegen.linearize import linearize
 from fusegrad.codegen.transcendental import decompose_transcendentals
 from fusegrad.codegen.vectorize import vectorize_loops
+
+# Every Context setting get_program reads. Their values are part of the compiled-kernel cache key
+# (engine/realize.py), so a kernel compiled under Context(VECTORIZE=0) or TC=0 is not reused under
+# other settings. A new setting that changes generated code belongs here.
+CODEGEN_SETTINGS: tuple[ContextVar, ...] = (BEAM, NOOPT, VECTORIZE, USE_TC, TC_OPT, TRANSCENDENTAL)
+
+def codegen_settings() -> tuple:
+    """The current values of ``CODEGEN_SETTINGS``."""
+    return tuple(setting.value for setting in CODEGEN_SETTINGS)
 
 def _range_size(r: UOp):
     bound = r.src[0]

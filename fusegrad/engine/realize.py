@@ -8,7 +8,7 @@ import concurrent.futures, dataclasses, os, time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from fusegrad.device import Device, Buffer, MallocAllocator
-from fusegrad.helpers import DEBUG, GlobalCounters, colored, BEAM, NOOPT, ansilen
+from fusegrad.helpers import DEBUG, GlobalCounters, colored, ansilen
 from fusegrad.uop.ops import UOp, Ops, sym_infer
 from fusegrad.renderer import ProgramSpec
 
@@ -71,7 +71,8 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     return runner
 
 def _cache_key(device: str, ast: UOp) -> tuple:
-    return (device, ast, (BEAM.value, NOOPT.value))
+    from fusegrad.codegen import codegen_settings
+    return (device, ast, codegen_settings())
 
 def _device_base(device: str) -> str:
     """The device without its instance number: ``"CPU:2"`` -> ``"CPU"`` (``"CPU:LLVM"`` is a different renderer and stays)."""

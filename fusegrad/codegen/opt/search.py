@@ -92,8 +92,10 @@ def _buffers_for(ast: UOp, device: str) -> list:
 
 def _cache_key(ast: UOp, device: str, width: int, renderer) -> str:
     from fusegrad.device import Device
+    from fusegrad.codegen import codegen_settings
     compiler_key = getattr(Device[device].compiler, "cachekey", "") or ""
-    return content_hash(pretty_print(ast, max_nodes=10**9), device, str(width), compiler_key)
+    # the settings that change what a candidate compiles to (VECTORIZE, TC, ...) change the best actions too
+    return content_hash(pretty_print(ast, max_nodes=10**9), device, str(width), compiler_key, repr(codegen_settings()[2:]))
 
 _pool: ThreadPoolExecutor | None = None
 
