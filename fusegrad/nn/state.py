@@ -306,12 +306,21 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor] | str | os.PathLik
 
 # ---------------------------------------------------------------- tar and zip archives
 
+# Errors for unreadable archives are the format's own exception types, as tinygrad raises them (code
+# that catches tarfile.ReadError keeps working), and ValueErrors, as every other bad input here.
+class CorruptTarError(tarfile.ReadError, ValueError):
+    """A tar archive that can't be read."""
+class CorruptZipError(zipfile.BadZipFile, ValueError):
+    """A zip archive (or member) that can't be read."""
+class CorruptCheckpointError(pickle.UnpicklingError, ValueError):
+    """A file that is not a readable torch checkpoint."""
+
 def _tar_members(t: Tensor) -> list[tuple[str, int, int]]:
     """(name, data offset, size) of every regular file in a tar archive held by ``t``."""
     try:
         with tarfile.open(fileobj=TensorIO(t), mode="r:") as tar:
             return [(m.name, m.offset_data, m.size) for m in tar if m.isreg()]
-    except tarfile.TarError as e: raise ValueError(f"corrupt tar file: {e}") from None
+    except tarfile.TarError as e: raise CorruptTarError(f"corrupt tar file: {e}") from None
 
 def tar_extract(fn: Tensor | str | os.PathLike, max_bytes: int | None = None) -> dict[str, Tensor]:
     """The regular files of an (uncompressed) tar archive: name → uint8 tensor over their bytes (views of a file;
@@ -325,13 +334,13 @@ def _zip_data_offset(src: _Source, zi: zipfile.ZipInfo) -> int:
     """Where the bytes of a zip member start: after its local header (whose extra field length may differ
     from the central directory's)."""
     header = src.read(zi.header_offset, 30, f"local header of {zi.filename}")
-    if header[:4] != b"PK\x03\x04": raise ValueError(f"corrupt zip file: bad local header signature for {zi.filename}")
+    if header[:4] != b"PK\x03\x04": raise CorruptZipError(f"corrupt zip file: bad local header signature for {zi.filename}")
     name_len, extra_len = struct.unpack("<HH", header[26:30])
     return zi.header_offset + 30 + name_len + extra_len
 
 def _zip_members(src: _Source) -> tuple[zipfile.ZipFile, list[zipfile.ZipInfo]]:
     try: zf = zipfile.ZipFile(TensorIO(src.t), "r")
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e: raise ValueError(f"corrupt zip file: {e}") from None
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e: raise CorruptZipError(f"corrupt zip file: {e}") from None
     return zf, zf.infolist()
 
 _ZIP_CHUNK = 1 << 20
@@ -353,12 +362,12 @@ def _zip_member_bytes(src: _Source, zf: zipfile.ZipFile, zi: zipfile.ZipInfo) ->
                 done += len(chunk)
             if f.read(1): raise ValueError(f"it inflates to more than its declared {zi.file_size} bytes")
     except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError, RuntimeError) as e:
-        raise ValueError(f"corrupt zip member {zi.filename}: {e}") from None
+        raise CorruptZipError(f"corrupt zip member {zi.filename}: {e}") from None
     return out
 
 def _zip_member_tensor(src: _Source, zf: zipfile.ZipFile, zi: zipfile.ZipInfo) -> Tensor:
     if zi.compress_type == zipfile.ZIP_STORED:
-        if zi.compress_size != zi.file_size: raise ValueError(f"corrupt zip file: stored member {zi.filename} has mismatched sizes")
+        if zi.compress_size != zi.file_size: raise CorruptZipError(f"corrupt zip file: stored member {zi.filename} has mismatched sizes")
         return src.tensor(_zip_data_offset(src, zi), zi.file_size, dtypes.uint8, (zi.file_size,), zi.filename)
     return _tensor_from_bytes(_zip_member_bytes(src, zf, zi).tobytes(), dtypes.uint8, (zi.file_size,), src.device)
 
@@ -610,7 +619,7 @@ def _zip_member_data(src: _Source, zf: zipfile.ZipFile, zi: zipfile.ZipInfo) -> 
     """A small member's bytes (the pickle, the byte order), stored or compressed, within the memory budget."""
     if zi.compress_type != zipfile.ZIP_STORED: return _zip_member_bytes(src, zf, zi).tobytes()   # (zipfile checks the CRC)
     data = src.read(_zip_data_offset(src, zi), zi.file_size, zi.filename)
-    if zlib.crc32(data) != zi.CRC: raise ValueError(f"corrupt zip file: bad CRC-32 for {zi.filename}")
+    if zlib.crc32(data) != zi.CRC: raise CorruptZipError(f"corrupt zip file: bad CRC-32 for {zi.filename}")
     return data
 
 def _torch_load_zip(t: Tensor, src: _Source) -> Any:
@@ -618,7 +627,7 @@ def _torch_load_zip(t: Tensor, src: _Source) -> Any:
     with zf:
         by_name = {zi.filename: zi for zi in members}
         pkls = [n for n in by_name if n == "data.pkl" or n.endswith("/data.pkl")]
-        if not pkls: raise ValueError("not a torch checkpoint: the zip has no data.pkl")
+        if not pkls: raise CorruptCheckpointError("not a torch checkpoint: the zip has no data.pkl")
         prefix = min(pkls, key=len)[:-len("data.pkl")]
         if (bo := by_name.get(prefix + "byteorder")) is not None:
             if bo.file_size > 16: raise ValueError(f"corrupt torch checkpoint: the byteorder member has {bo.file_size} bytes")
@@ -660,8 +669,8 @@ def _torch_load_legacy(t: Tensor, src: _Source) -> Any:
     def plain(what: str) -> Any:   # the small header pickles: plain data only
         return _unpickle(f, lambda pid: (_ for _ in ()).throw(pickle.UnpicklingError("unexpected persistent id")), what)
     try: magic = plain("header")
-    except pickle.UnpicklingError as e: raise ValueError(f"not a torch checkpoint (neither zip, tar nor legacy pickle format): {e}") from None
-    if magic != _LEGACY_MAGIC: raise ValueError("not a torch checkpoint: bad magic number")
+    except pickle.UnpicklingError as e: raise CorruptCheckpointError(f"not a torch checkpoint (neither zip, tar nor legacy pickle format): {e}") from None
+    if magic != _LEGACY_MAGIC: raise CorruptCheckpointError("not a torch checkpoint: bad magic number")
     if (protocol := plain("protocol version")) != _LEGACY_PROTOCOL: raise ValueError(f"unsupported torch checkpoint protocol {protocol!r}")
     sys_info = plain("sys_info")
     if isinstance(sys_info, dict) and not sys_info.get("little_endian", True):

@@ -279,3 +279,19 @@ def test_max_bytes_must_be_a_non_negative_int(tmp_path):
     assert safe_load(raw)["w"].numpy().tolist() == [1.0, 2.0]
     with pytest.raises(ValueError, match="max_bytes"):
         safe_load(raw, max_bytes=8)
+
+# ---------------------------------------------------------------- error types of unreadable archives
+
+@pytest.mark.parametrize("loader, error", [("tar_extract", "tarfile.ReadError"), ("zip_extract", "zipfile.BadZipFile"),
+                                           ("torch_load", "pickle.UnpicklingError")])
+def test_unreadable_archives_raise_the_formats_own_error(tmp_path, loader, error):
+    """tinygrad raises the format's exception type; fusegrad's are also ValueErrors like its other bad-input errors."""
+    import pickle, tarfile, zipfile
+    from fusegrad.nn import state
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"not an archive, just some junk bytes " * 20)
+    expected = {"tarfile.ReadError": tarfile.ReadError, "zipfile.BadZipFile": zipfile.BadZipFile,
+                "pickle.UnpicklingError": pickle.UnpicklingError}[error]
+    for source in (str(junk), Tensor(junk.read_bytes())):
+        with pytest.raises(expected) as info: getattr(state, loader)(source)
+        assert isinstance(info.value, ValueError)
