@@ -354,7 +354,11 @@ def disk_assign(target: Any, value: Any) -> Any:
     """Write ``value`` into the bytes of the DISK tensor ``target`` (a slice or bitcast of a file) now, through
     ``copyin``: what ``Tensor.assign`` needs on DISK. Returns ``target``."""
     from fusegrad.tensor import Tensor
+    from fusegrad.uop.ops import Ops
     if not isinstance(value, Tensor): value = Tensor(value, dtype=target.dtype)
+    # a pending copy to DISK (``x.to(disk_tensor.device)``): write its source's bytes, so the copy
+    # happens here and later reads of the file see it
+    while is_disk(value.device) and value.uop.op is Ops.COPY: value = Tensor(value.uop.src[0], requires_grad=False)
     if value.shape != target.shape: raise ValueError(f"assign shape mismatch: target {target.shape}, value {value.shape}")
     if value.dtype != target.dtype: value = value.cast(target.dtype)
     if target.numel() == 0: return target

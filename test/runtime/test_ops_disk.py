@@ -235,3 +235,14 @@ def test_bitcast_between_item_sizes_on_cpu(source, target):
     from fusegrad.dtype import from_np
     out = Tensor(data).bitcast(from_np(np.dtype(target))).numpy()
     np.testing.assert_array_equal(out.view(np.uint8), data.view(target).view(np.uint8))
+
+def test_assign_of_a_pending_copy_to_disk_is_seen_by_later_reads(tmp_path):
+    path = tmp_path / "copy.bin"
+    t = Tensor.empty(4, dtype=dtypes.float32, device=f"disk:{path}")
+    t.assign(Tensor([1.0, 2.0, 3.0, 4.0]).to(t.device))
+    assert t.to("CPU").tolist() == [1.0, 2.0, 3.0, 4.0]
+    t[1:3].assign((Tensor([1.0, 1.0]) * 3).to(t.device))      # a computed value, copied to DISK lazily
+    assert t.to("CPU").tolist() == [1.0, 3.0, 3.0, 4.0]
+    reopened = Tensor.empty(4, dtype=dtypes.float32, device=f"disk:{path}")
+    assert reopened.to("CPU").tolist() == [1.0, 3.0, 3.0, 4.0]
+    assert np.frombuffer(path.read_bytes(), np.float32).tolist() == [1.0, 3.0, 3.0, 4.0]
