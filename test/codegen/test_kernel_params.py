@@ -54,3 +54,10 @@ def test_signature_declares_every_slot():
     item = c.where(x, x).schedule()[-1]
     source = get_program(item.ast, Device["CPU"].renderer).src
     assert all(f"data{slot}" in source for slot in range(len(item.bufs)))
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dropped_slot_of_an_emulated_dtype(device):
+    """bfloat16 buffers are emulated as 16-bit ints by lowering: a dropped one is still declared (as bytes)."""
+    c, b = Tensor([True, False], device=device), Tensor([1.5, 2.5], dtype=dtypes.bfloat16, device=device)
+    assert c.where(b, b).contiguous().float().tolist() == [1.5, 2.5]
+    assert (b - 1).contiguous().float().tolist() == [0.5, 1.5]
