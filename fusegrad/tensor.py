@@ -288,6 +288,13 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """This tensor laid out densely in memory. A realized tensor that already is a whole
         buffer is returned as it is (no copy); use clone() for a copy."""
         if _is_plain(self.uop) and self._is_realized(): return self
+        if self.uop.base.op is Ops.CONST and isinstance(self.device, str) and all_int(self.shape) and self.numel() > 0:
+            # equal constants are one interned UOp, so CONTIGUOUS(CONST) made twice would be one graph and,
+            # realized together, one buffer: [Tensor.zeros(n).contiguous() for _ in layers] (KV caches, state)
+            # would share memory and an assign to one would change all. A fresh buffer written with the
+            # constant is storage of its own (tinygrad's Tensor.full makes a buffer for the same reason).
+            buffer = new_buffer_uop(self.device, self.numel(), self.dtype).reshape(self.shape)
+            return Tensor(UOp(Ops.ASSIGN, self.dtype, (buffer, self.uop)), requires_grad=self.requires_grad)
         return self._apply(Ops.CONTIGUOUS)
     def contiguous_backward(self) -> "Tensor":
         """Identity forward; the gradient flowing back is made contiguous."""
@@ -1609,19 +1616,6 @@ def _bits_to_unit_interval(bits: Tensor, count: int, dtype: DType) -> Tensor:
     words = _uint32_words_as(bits, unsigned)
     return ((words >> (8 * dtype.itemsize - mantissa)) | one_bits).bitcast(dtype)[:count] - 1
 
-def _separate_contiguous_twins(tensors: list[Tensor], old_uops: list[UOp], becomes: dict[UOp, UOp]) -> None:
-    """``.contiguous()`` promises storage of its own. Equal graphs are one interned UOp, so two tensors
-    made the same way (``[Tensor.zeros(n).contiguous() for _ in layers]``, realized together) would
-    get one buffer, and an assign to one would change the others (KV caches, optimizer state). Every
-    such twin but the first gets a copy."""
-    owners: dict[UOp, list[Tensor]] = {}
-    for t, u in zip(tensors, old_uops):
-        if u.op is Ops.CONTIGUOUS and u in becomes and t.uop is becomes[u]: owners.setdefault(u, []).append(t)
-    for u, twins in owners.items():
-        for t in twins[1:]:
-            copy = Tensor(UOp(Ops.CONTIGUOUS, u.dtype, (becomes[u],)), requires_grad=False).realize()
-            t.uop = copy.uop
-
 def _apply_becomes(becomes: dict[UOp, UOp]) -> list[UOp]:
     """After scheduling, point every live tensor at the buffers (or constants) its graph became.
 
@@ -1639,7 +1633,6 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> list[UOp]:
         if u in becomes: t.uop = becomes[u]
         elif u.op not in (Ops.BUFFER, Ops.CONST) and u.base.op is not Ops.BUFFER and any(x in becomes for x in u.toposort):
             t.uop = u.substitute(becomes)
-    _separate_contiguous_twins(tensors, old_uops, becomes)
     if Tensor.no_grad: return []
     changed = [(t, u) for t, u in zip(tensors, old_uops)
                if t.uop is not u and t.requires_grad is not False and not getattr(t, "_backward_done", False)]
