@@ -4,6 +4,10 @@
 >>> (Tensor([1.0, 2.0, 3.0]) * 2).sum().item()
 12.0
 """
+__version__ = "0.1.0"   # keep equal to pyproject.toml's version (test/test_front_door.py checks)
+import warnings as _warnings
+# `python -m fusegrad.device` lists the backends; the package has imported fusegrad.device by then, which is fine
+_warnings.filterwarnings("ignore", message="'fusegrad.device' found in sys.modules", category=RuntimeWarning)
 from fusegrad.tensor import Tensor
 from fusegrad.dtype import dtypes
 from fusegrad.device import Device
@@ -19,4 +23,4 @@ def __getattr__(name: str):
         return TinyJit
     raise AttributeError(f"module 'fusegrad' has no attribute {name!r}")
 
-__all__ = ["Tensor", "dtypes", "Device", "UOp", "Variable", "GlobalCounters", "Context", "getenv", "nn", "TinyJit", "fetch", "function"]
+__all__ = ["__version__", "Tensor", "dtypes", "Device", "UOp", "Variable", "GlobalCounters", "Context", "getenv", "nn", "TinyJit", "fetch", "function"]

@@ -17,8 +17,8 @@ from fusegrad.helpers import DEBUG, GlobalCounters, getenv, cache_dir, content_h
 # ---------------------------------------------------------------- registry
 
 # Only backends that exist are listed: a device name without a runtime module is an unknown device.
-RUNTIMES = {"CPU": "ops_cpu", "PYTHON": "ops_python", "NPY": "ops_npy", "DISK": "ops_disk", "NULL": "ops_null"}
-LEGACY_FLAGS = {"CLANG": "CPU", "CPU": "CPU", "PYTHON": "PYTHON", "NULL": "NULL"}
+RUNTIMES = {"CPU": "ops_cpu", "LLVM": "ops_llvm", "PYTHON": "ops_python", "NPY": "ops_npy", "DISK": "ops_disk", "NULL": "ops_null"}
+LEGACY_FLAGS = {"CLANG": "CPU", "CPU": "CPU", "LLVM": "LLVM", "PYTHON": "PYTHON", "NULL": "NULL"}
 
 class _Device:
     """``Device["CPU"]`` opens (once) and returns a device; ``Device.DEFAULT`` is the default name."""
@@ -33,6 +33,8 @@ class _Device:
         if name.upper().startswith("DISK:"): return "DISK:" + name[5:]
         base, _, rest = name.partition(":")
         base = base.upper()
+        # tinygrad spells the CPU with its LLVM backend "CPU:LLVM"; here that is the LLVM device
+        if base == "CPU" and rest.upper() == "LLVM": base, rest = "LLVM", ""
         base = {"CLANG": "CPU", "GPU": "CL", "OPENCL": "CL"}.get(base, base)
         if base not in RUNTIMES: raise RuntimeError(f"unknown device {name!r}; known devices: {sorted(RUNTIMES)}")
         if rest in ("", "0"): return base
@@ -308,3 +310,62 @@ def diskcache_clear() -> None:
 def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
     """Whether ``device`` can hold and compute ``dtype`` (every dtype works on CPU and PYTHON)."""
     return dtypes.concrete(dtype) in dtypes.all
+
+# ---------------------------------------------------------------- listing: python -m fusegrad.device
+
+def _probe_compute(device: str) -> str:
+    """Run a small kernel on ``device`` and check its result; returns what was checked."""
+    from fusegrad.tensor import Tensor
+    got = (Tensor([1.0, 2.0, 3.0], device=device) * 2 + 1).sum().item()
+    if got != 15.0: raise RuntimeError(f"(x * 2 + 1).sum() gave {got}, expected 15.0")
+    return "ran a kernel, result correct"
+
+def _probe_disk() -> str:
+    import tempfile
+    from fusegrad.tensor import Tensor
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "probe.bin")
+        with open(path, "wb") as f: f.write(bytes(range(8)))
+        got = Tensor.empty(8, dtype=dtypes.uint8, device=f"DISK:{path}").to("CPU").tolist()
+    if got != list(range(8)): raise RuntimeError(f"read {got} from a file holding {list(range(8))}")
+    return "read a file back"
+
+def _probe_npy() -> str:
+    import numpy as np
+    from fusegrad.tensor import Tensor
+    got = Tensor(np.arange(4, dtype=np.int32), device="NPY").to("CPU").tolist()
+    if got != [0, 1, 2, 3]: raise RuntimeError(f"copied back {got}, expected [0, 1, 2, 3]")
+    return "held an array and copied it back (NPY stores, it runs no kernels)"
+
+def _probe_null() -> str:
+    from fusegrad.tensor import Tensor
+    (Tensor.empty(4, 4, device="NULL") @ Tensor.empty(4, 4, device="NULL")).realize()
+    return "scheduled and rendered a kernel (NULL runs nothing)"
+
+def probe_device(name: str) -> tuple[bool, str]:
+    """``(works, reason)`` for the backend ``name`` (a key of RUNTIMES): it is opened and given a tiny job."""
+    try:
+        if name == "DISK": return True, _probe_disk()
+        if name == "NULL": return True, _probe_null()
+        if name == "NPY": return True, _probe_npy()
+        Device[name]
+        return True, _probe_compute(name)
+    except Exception as error:   # any failure is the answer: which backend can't run here, and why
+        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return False, f"{type(error).__name__}: {message}"[:200]
+
+def list_devices() -> list[tuple[str, bool, str]]:
+    """Every backend in RUNTIMES with whether it works here and why (what ``python -m fusegrad.device`` prints)."""
+    return [(name, *probe_device(name)) for name in RUNTIMES]
+
+def _print_devices() -> int:
+    rows = list_devices()
+    for name, works, reason in rows:
+        default = " (default)" if name == Device.DEFAULT else ""
+        print(f"{name + default:16s} {'PASS' if works else 'FAIL'}  {reason}")
+    return 0 if any(works for _, works, _ in rows) else 1
+
+if __name__ == "__main__":
+    # run as a script, this file is a second copy of the module: use the package's registry
+    from fusegrad import device as _registry
+    raise SystemExit(_registry._print_devices())

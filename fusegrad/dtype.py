@@ -181,7 +181,7 @@ class dtypes:
         if isinstance(x, int): return dtypes.weakint
         if isinstance(x, (list, tuple)):
             return max((dtypes.from_py(e) for e in x), default=dtypes.default_float, key=lambda d: d.priority)
-        raise TypeError(f"cannot infer a dtype from {x!r} of type {type(x).__name__}")
+        raise RuntimeError(f"cannot infer a dtype from {x!r} of type {type(x).__name__}")   # tinygrad's type
     @staticmethod
     def as_const(val: Any, dtype: DType) -> ConstType:
         """Convert a Python value to what a constant of ``dtype`` holds (wrapping ints like C)."""
@@ -237,6 +237,8 @@ def to_dtype(x: "DType | str") -> DType:
     """Accept a DType or its name (``"float32"``, ``"half"``)."""
     if isinstance(x, DType): return x
     if isinstance(x, str) and hasattr(dtypes, x) and isinstance(getattr(dtypes, x), DType): return getattr(dtypes, x)
+    # an unknown name is an AttributeError like tinygrad's (it looks the name up on dtypes)
+    if isinstance(x, str): raise AttributeError(f"unknown dtype {x!r}")
     raise TypeError(f"unknown dtype {x!r}")
 
 # ---------------------------------------------------------------- promotion lattice

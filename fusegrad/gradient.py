@@ -47,10 +47,16 @@ def _pad_gradient(grad: UOp, ret: UOp) -> UOp:
 def _shrink_gradient(grad: UOp, ret: UOp) -> UOp:
     return grad.pad(tuple((begin, size - end) for (begin, end), size in zip(ret.arg, ret.src[0].shape)))
 
+def _cos(x: UOp) -> UOp:
+    """cos x from SIN's exact range reduction (not SIN(pi/2 - x), which rounds pi/2 - x: wrong beyond
+    ~1e4 in float32); see tensor.cos_uop."""
+    from fusegrad.tensor import cos_uop
+    return cos_uop(x)
+
 pm_gradient = PatternMatcher([
     (UPat(Ops.CAST, name="ret"), lambda ctx, ret: (ctx.cast(ret.src[0].dtype),)),
     (UPat(Ops.RECIPROCAL, name="ret"), lambda ctx, ret: (-ctx * ret * ret,)),
-    (UPat(Ops.SIN, name="ret"), lambda ctx, ret: (((math.pi / 2) - ret.src[0]).alu(Ops.SIN) * ctx,)),
+    (UPat(Ops.SIN, name="ret"), lambda ctx, ret: (_cos(ret.src[0]) * ctx,)),
     (UPat(Ops.LOG2, name="ret"), lambda ctx, ret: (ctx / (ret.src[0] * math.log(2)),)),
     (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: (ctx * ret * math.log(2),)),
     (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (ctx / (ret * 2),)),
@@ -169,7 +175,12 @@ def record_origins(becomes: dict[UOp, UOp], graphs: list[UOp], grad_leaves: set[
                 continue
             substituted[node] = new
             if not _is_new_buffer_view(node, new, reaches): continue
-            if reaches[node]: candidates.setdefault(new.base, node if srcs == node.src else node.replace(src=srcs))
+            if node.op is Ops.CUSTOM and new.base in candidates:
+                # a node with an explicit gradient becomes the buffer its value graph src[0] became (and
+                # was recorded for): it is the origin, around that recorded value graph (not the buffer
+                # itself, which would be a cycle), or backward would differentiate the value graph
+                candidates[new.base] = node.replace(src=(candidates[new.base],) + srcs[1:])
+            elif reaches[node]: candidates.setdefault(new.base, node if srcs == node.src else node.replace(src=srcs))
             elif reaches_value[node] and dtypes.is_float(node.dtype): candidates.setdefault(new.base, node)
     kept = _reachable(live, candidates) if candidates else {}
     _ORIGINS.update(kept)

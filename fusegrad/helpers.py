@@ -65,9 +65,17 @@ def to_function_name(name: str) -> str:
     plain = re.sub(r"\x1b\[[0-9;]*m", "", name)
     return "".join(c if c.isalnum() or c == "_" else f"{ord(c):02X}" for c in plain)
 
+def color_enabled() -> bool:
+    """Whether output gets ANSI colours: not when NO_COLOR is set (no-color.org) or stdout isn't a terminal
+    (a pipe, a log file); FORCE_COLOR=1 turns them on regardless."""
+    if os.environ.get("NO_COLOR", ""): return False
+    if os.environ.get("FORCE_COLOR", ""): return True
+    return sys.stdout.isatty()
+
 def colored(text: str, color: str | None = None, background: bool = False) -> str:
-    """Wrap text in an ANSI colour code (``colored("hi", "red")``); no colour when color is None."""
-    if color is None: return text
+    """Wrap text in an ANSI colour code (``colored("hi", "red")``); plain text when color is None or colours are
+    off (``color_enabled()``: NO_COLOR set, or stdout not a terminal)."""
+    if color is None or not color_enabled(): return text
     names = ["black", "red", "green", "yellow", "blue", "magenta", "cyan", "white"]
     bright = color.upper() == color
     code = 10 * background + 60 * bright + 30 + names.index(color.lower())
@@ -134,6 +142,7 @@ CHECK_OOB, TRANSCENDENTAL, CACHELEVEL = ContextVar("CHECK_OOB", 0), ContextVar("
 RING, ALLREDUCE_CAST, ALL2ALL = ContextVar("RING", 1), ContextVar("ALLREDUCE_CAST", 1), ContextVar("ALL2ALL", 0)
 DEFAULT_FLOAT, DEFAULT_INT = ContextVar("DEFAULT_FLOAT", ""), ContextVar("DEFAULT_INT", "")
 NO_MEMORY_PLANNER, VIZ = ContextVar("NO_MEMORY_PLANNER", 0), ContextVar("VIZ", 0)
+PROFILE = ContextVar("PROFILE", 0)   # 1: write a Chrome/Perfetto trace of the run at exit (fusegrad/viz/profile.py)
 VECTORIZE = ContextVar("VECTORIZE", 1)   # 0: keep UPCAST loops scalar on renderers with vector_loops
 USE_TC, TC_OPT = ContextVar("TC", 1), ContextVar("TC_OPT", 0)   # TC=0: the heuristic uses no tensor cores
 SPLIT_REDUCEOP, LRU = ContextVar("SPLIT_REDUCEOP", 1), ContextVar("LRU", 1)
@@ -146,7 +155,7 @@ CONTEXT_KEYS_WITHOUT_EFFECT: dict[str, str] = {
     "OPENPILOT_HACKS": "openpilot-specific kernel tweaks",
     "JIT_BATCH_SIZE": "TinyJit replays a capture as one call (CPUGraph) with no batching",
     "TRACEMETA": "fusegrad records no per-op source metadata",
-    "NO_COLOR": "colours are only used in DEBUG output",
+    "NO_COLOR": "the NO_COLOR environment variable is read when printing (helpers.color_enabled), not this key",
     "TC_SELECT": "the CPU declares one tensor core, there is nothing to select",
     "NOLOCALS": "NOLOCALS is an action (OptOps.NOLOCALS) chosen per kernel, not a global switch",
     "VALIDATE_WITH_CPU": "no second device is run to cross-check results",
@@ -160,7 +169,6 @@ CONTEXT_KEYS_WITHOUT_EFFECT: dict[str, str] = {
     "NUM_CPU_THREADS": "the CPU's OpenMP thread count comes from the THREADS environment variable",
     "NULL_ALLOW_COPYOUT": "there is no NULL device",
     "PARALLEL": "BEAM's compile parallelism comes from BEAM_PARALLEL",
-    "PROFILE": "no profiler trace is written (DEBUG=2 prints per-kernel timings)",
     "SPEC": "UOp spec checks aren't switchable",
     "PCONTIG": "tinygrad's partial-contiguous scheduling experiment",
     "DEBUG_RANGEIFY": "tinygrad's rangeify debug printing",

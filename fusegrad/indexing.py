@@ -10,7 +10,7 @@ import math
 from typing import Any, TYPE_CHECKING
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import prod
-from fusegrad.uop.ops import UOp, Ops, GroupOp
+from fusegrad.uop.ops import UOp, Ops, GroupOp, resolve, sint_to_uop
 if TYPE_CHECKING: from fusegrad.tensor import Tensor
 
 def _normalize(indices: Any) -> list:
@@ -21,11 +21,37 @@ def _is_advanced(index: Any) -> bool:
     from fusegrad.tensor import Tensor
     return isinstance(index, (Tensor, list, tuple)) or (type(index).__module__ == "numpy" and hasattr(index, "shape"))
 
-def _slice_dim(x: "Tensor", dim: int, index: slice) -> "Tensor":
+def _symbolic_slice(x: "Tensor", dim: int, index: slice) -> "Tensor | None":
+    """A slice of a dim whose size or bounds are symbolic (tinygrad's rules), or None when it is an
+    ordinary int slice of an int size. Negative int bounds count from the (symbolic) end; a slice
+    whose bounds all end up ints is clamped against the size's maximum; otherwise the step must be 1."""
     size = x.shape[dim]
-    if not isinstance(size, int):
-        if index == slice(None): return x
-        raise IndexError(f"dimension {dim} has symbolic size {size.render()}: only ':' can slice it; use shrink with a Variable")
+    if isinstance(size, int) and not any(isinstance(b, UOp) for b in (index.start, index.stop, index.step)): return None
+    if index == slice(None): return x
+    for bound in (index.start, index.stop, index.step):
+        if not (bound is None or isinstance(bound, (int, UOp))) or isinstance(bound, bool):
+            raise TypeError(f"slice {index} is not supported: bounds must be ints, bound Variables or None")
+    start = 0 if index.start is None else index.start
+    stop = size if index.stop is None else index.stop
+    step = 1 if index.step is None else index.step
+    if isinstance(start, int) and start < 0: start = start + size
+    if isinstance(stop, int) and stop < 0: stop = stop + size
+    if all(isinstance(b, int) for b in (start, stop, step)):
+        if step < 0: raise IndexError(f"a negative step can't slice dimension {dim} of symbolic size {size.render()}")
+        # every bound is an int: clamp against the largest size the dim can have (tinygrad does the same)
+        return _slice_dim(x, dim, slice(start, stop, step), int(size.vmax))
+    if not (isinstance(step, int) and step == 1):
+        raise TypeError(f"slice {index} is not supported: a slice with symbolic bounds needs step 1")
+    if not resolve(sint_to_uop(stop - start) >= 0, False):
+        raise TypeError(f"slice {index} is not supported: its length {_render_sint(stop - start)} may be negative")
+    return x.shrink(tuple((start, stop) if i == dim else None for i in range(x.ndim)))
+
+def _render_sint(x: Any) -> str: return x.render() if isinstance(x, UOp) else str(x)
+
+def _slice_dim(x: "Tensor", dim: int, index: slice, size: int | None = None) -> "Tensor":
+    """``x`` sliced along ``dim``. ``size`` overrides the dim's size for the bounds (a symbolic dim's maximum)."""
+    if size is None and (sliced := _symbolic_slice(x, dim, index)) is not None: return sliced
+    size = x.shape[dim] if size is None else size
     start, stop, step = index.indices(size)
     if step > 0:
         count = max(0, math.ceil((stop - start) / step))
@@ -46,12 +72,25 @@ def _slice_dim(x: "Tensor", dim: int, index: slice) -> "Tensor":
     split = padded.reshape(x.shape[:dim] + (count, step) + x.shape[dim + 1:])
     return split.shrink(tuple((0, 1) if i == dim + 1 else None for i in range(split.ndim))).reshape(x.shape[:dim] + (count,) + x.shape[dim + 1:])
 
+def _symbolic_index(x: "Tensor", dim: int, index: "UOp | int") -> "Tensor":
+    """``x[..., v, ...]`` for a bound Variable (or an expression of them) ``v``, or an int index of a
+    symbolic dim: a shrink to [v, v+1) along ``dim`` that drops the dim. Out of bounds only when that
+    is certain from the bounds (tinygrad's rule); a negative index counts from the end."""
+    if isinstance(index, UOp) and index.dtype not in (dtypes.index, dtypes.weakint) and not dtypes.is_int(index.dtype):
+        raise IndexError(f"a symbolic index must be an integer, got {index.dtype}")
+    size, index_uop = x.shape[dim], sint_to_uop(index)
+    if resolve(index_uop >= size, False) or resolve(index_uop < -sint_to_uop(size), False):
+        raise IndexError(f"index {_render_sint(index)} is out of bounds for dimension {dim} with size {_render_sint(size)}")
+    start = index if resolve(index_uop >= 0, False) else index + size
+    x = x.shrink(tuple((start, start + 1) if i == dim else None for i in range(x.ndim)))
+    return x.reshape(x.shape[:dim] + x.shape[dim + 1:])
+
 def getitem(x: "Tensor", indices: Any) -> "Tensor":
     from fusegrad.tensor import Tensor
     items = _normalize(indices)
     for item in items:
-        if isinstance(item, float) or isinstance(item, str) or (item is not None and not isinstance(item, (int, slice, type(Ellipsis))) and not _is_advanced(item)):
-            raise IndexError(f"invalid index type {type(item).__name__}: only ints, slices, None, Ellipsis and int/bool tensors are valid")
+        if isinstance(item, float) or isinstance(item, str) or (item is not None and not isinstance(item, (int, slice, type(Ellipsis), UOp)) and not _is_advanced(item)):
+            raise IndexError(f"invalid index type {type(item).__name__}: only ints, bound Variables, slices, None, Ellipsis and int/bool tensors are valid")
     if sum(1 for i in items if i is Ellipsis) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
     consumed = sum(1 if not (i is None or i is Ellipsis) else 0 for i in items)
     for i in items:
@@ -76,10 +115,13 @@ def getitem(x: "Tensor", indices: Any) -> "Tensor":
                 if not -size <= item < size:   # name the dimension of x (``dim`` counts the result's dims)
                     raise IndexError(f"index {item} is out of bounds for dimension {k - sum(1 for j in items[:k] if j is None)} with size {size}")
                 item = item + size if item < 0 else item
-            elif not 0 <= item < size.vmin:   # symbolic size: the index must be valid for every value
-                raise IndexError(f"index {item} may be out of bounds for dimension {dim} of symbolic size {size.render()}")
+            else:   # a symbolic size: a negative index counts from its (symbolic) end
+                result = _symbolic_index(result, dim, item)
+                continue
             result = result.shrink(tuple((item, item + 1) if i == dim else None for i in range(result.ndim)))
             result = result.reshape(result.shape[:dim] + result.shape[dim + 1:])
+        elif isinstance(item, UOp):
+            result = _symbolic_index(result, dim, item)
         elif isinstance(item, slice):
             if item.step == 0: raise ValueError("slice step cannot be zero")
             result = _slice_dim(result, dim, item)
@@ -100,7 +142,7 @@ def _advanced(x: "Tensor", advanced: list) -> "Tensor":
     from fusegrad.tensor import Tensor, _broadcast_shape
     dims = [d for d, _ in advanced]
     try: index_shape = _broadcast_shape(*[i.shape for _, i in advanced])
-    except ValueError: raise IndexError(f"cannot broadcast indices: {[tuple(i.shape) for _, i in advanced]}") from None
+    except IndexError: raise IndexError(f"cannot broadcast indices: {[tuple(i.shape) for _, i in advanced]}") from None
     # bring the indexed dims to the front
     rest = [d for d in range(x.ndim) if d not in dims]
     moved = x.permute(dims + rest)
@@ -355,7 +397,7 @@ def _scattered_region(x: "Tensor", items: list, value: "Tensor") -> tuple["Tenso
             index_tensors.append(index)
             at += 1
     try: index_shape = _broadcast_shape(*[i.shape for i in index_tensors])
-    except ValueError: raise IndexError(f"cannot broadcast indices: {[tuple(i.shape) for i in index_tensors]}") from None
+    except IndexError: raise IndexError(f"cannot broadcast indices: {[tuple(i.shape) for i in index_tensors]}") from None
     rest = [d for d in range(view.ndim) if d not in dims]
     adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
     lead = dims[0] if adjacent else 0

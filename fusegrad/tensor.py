@@ -56,7 +56,8 @@ def _broadcast_shape(*shapes: tuple) -> tuple:
     out = []
     for sizes in zip(*padded):
         non_one = {s for s in sizes if not (isinstance(s, int) and s == 1)}
-        if len(non_one) > 1: raise ValueError(f"cannot broadcast shapes {', '.join(str(tuple(s)) for s in shapes)}")
+        # IndexError like tinygrad's (numpy says ValueError, torch RuntimeError)
+        if len(non_one) > 1: raise IndexError(f"cannot broadcast shapes {', '.join(str(tuple(s)) for s in shapes)}")
         out.append(non_one.pop() if non_one else 1)
     return tuple(out)
 
@@ -90,6 +91,32 @@ _ERFCX_FAR = (0.5641896604178288, -4.574009817107136e-06, -0.28196820396941563, 
               0.448552969659435, -0.21763592848373958, 0.33846378764102497, -6.776967958613981, 28.378373975434865,
               -65.07685395790537, 96.3275011584836, -92.25465648211087, 47.85325397382882, 2.911838728226133,
               -23.503945973391446, 15.288758100815055, -3.5742179745031395)
+
+def _exp_of_float(value: float) -> float:
+    """e**value in float64 (inf where it overflows; nan stays nan)."""
+    try: return math.exp(value)
+    except OverflowError: return math.inf
+
+def _trig_uop(x: UOp, quarter_turns: int) -> UOp:
+    """sin(x + quarter_turns*pi/2) for a float UOp, from codegen/transcendental.xsin's range
+    reduction (exact for every float32, float64 to ~1.6e9); float16/bfloat16 compute in float32."""
+    if x.dtype in (dtypes.float32, dtypes.float64): return xsin(x, quarter_turns)
+    return xsin(x.cast(dtypes.float32), quarter_turns).cast(x.dtype)
+
+def _cos_gradient(ret: UOp, grad: UOp) -> tuple[UOp]: return (-ret.src[1].alu(Ops.SIN) * grad,)
+def _tan_gradient(ret: UOp, grad: UOp) -> tuple[UOp]: return (grad + grad * ret * ret,)   # ret: tan x, differentiable
+
+def cos_uop(x: UOp) -> UOp:
+    """cos x of a tensor-graph float UOp, with the gradient -sin x. Why not SIN(pi/2 - x): that
+    rounds pi/2 - x first (wrong beyond ~1e4 in float32). Here it is sin with the quadrant from
+    SIN's own exact range reduction advanced by one (xsin(x, 1)), as arithmetic UOps on every
+    device; an Ops.CUSTOM node carries the gradient, since the rounding steps of the reduction
+    have no useful derivative."""
+    return UOp(Ops.CUSTOM, x.dtype, (_trig_uop(x, 1), x), _cos_gradient)
+
+def tan_uop(x: UOp) -> UOp:
+    """tan x = sin x / cos x, both from one range reduction (see ``cos_uop``); gradient 1 + tan**2."""
+    return UOp(Ops.CUSTOM, x.dtype, (_trig_uop(x, 0) / _trig_uop(x, 1), x), _tan_gradient)
 
 def _horner(x: "Tensor", coefficients: tuple[float, ...]) -> "Tensor":
     """c0 + c1*x + c2*x**2 + ... (coefficients lowest order first)."""
@@ -136,7 +163,9 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         device = _canonical_device(device)
         devices = None
         if isinstance(device, tuple): devices, device = device, device[0]   # built on the first device, then replicated
-        if isinstance(data, UOp):
+        if isinstance(data, UOp) and data.shape is None and dtypes.is_int(data.dtype):
+            uop = _symbolic_scalar(data, dtype, device)
+        elif isinstance(data, UOp):
             uop = data
         elif data is None:
             uop = UOp.const(dtype or dtypes.default_float, 0, device, (0,))
@@ -160,11 +189,16 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             import numpy as np
             array = np.asarray(data)
             if array.dtype == object: raise TypeError(f"can't make a tensor from a numpy array of objects")
-            if array.shape == () and dtype is None: uop = UOp.const(from_np(array.dtype), array.item(), device, ())
+            # a 0-d array is a constant, as a Python number is (tinygrad 0.14, whatever the dtype)
+            if array.shape == (): uop = UOp.const(dtype or from_np(array.dtype), array.item(), device, ())
             else: uop = _fromnp(array, device, dtype)
         else:
-            raise TypeError(f"can't make a Tensor from {type(data).__name__}: {data!r:.60}")
+            raise RuntimeError(f"can't make a Tensor from {type(data).__name__}: {data!r:.60}")
         if dtype is not None and uop.dtype != dtype: uop = uop.cast(dtype)
+        if requires_grad is True and uop.op is Ops.CONST and isinstance(device, str):
+            # a leaf needs a node of its own: constants are interned, so two Tensor(0.5, requires_grad=True)
+            # would be one node and autograd (keyed by node) would give each the other's gradient too
+            uop = _fromnp(uop.arg, device, dtypes.concrete(uop.dtype))
         if devices is not None and uop.device != devices:
             from fusegrad.schedule.multi import shard_uop
             uop = shard_uop(uop, devices, None)
@@ -176,23 +210,79 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
 
     # ---------------------------------------------------------------- properties
     @property
-    def lazydata(self) -> UOp: return self.uop
+    def lazydata(self) -> UOp:
+        """The tensor's UOp (tinygrad's older name for ``uop``).
+
+        >>> Tensor([1, 2]).lazydata is not None
+        True
+        """
+        return self.uop
     @property
-    def shape(self) -> tuple: return self.uop.shape
+    def shape(self) -> tuple:
+        """The size of each dimension.
+
+        >>> Tensor([[1, 2, 3]]).shape
+        (1, 3)
+        """
+        return self.uop.shape
     @property
-    def dtype(self) -> DType: return self.uop.dtype
+    def dtype(self) -> DType:
+        """The element type.
+
+        >>> Tensor([1.0]).dtype, Tensor([1]).dtype
+        (dtypes.float32, dtypes.int32)
+        """
+        return self.uop.dtype
     @property
-    def device(self) -> str | tuple[str, ...]: return self.uop.device
+    def device(self) -> str | tuple[str, ...]:
+        """The device name (a tuple of names for a sharded tensor).
+
+        >>> Tensor([1], device="PYTHON").device
+        'PYTHON'
+        """
+        return self.uop.device
     @property
-    def ndim(self) -> int: return len(self.shape)
+    def ndim(self) -> int:
+        """Number of dimensions.
+
+        >>> Tensor([[1, 2]]).ndim
+        2
+        """
+        return len(self.shape)
     def numel(self) -> Any:
-        """Number of elements: ``Tensor.ones(2, 3).numel() == 6``."""
+        """Number of elements: ``Tensor.ones(2, 3).numel() == 6``.
+
+        >>> Tensor([[1, 2, 3]]).numel()
+        3
+        """
         return prod(self.shape)
-    def element_size(self) -> int: return dtypes.concrete(self.dtype).itemsize
-    def nbytes(self) -> int: return self.numel() * self.element_size()
-    def is_floating_point(self) -> bool: return dtypes.is_float(self.dtype)
+    def element_size(self) -> int:
+        """Bytes per element.
+
+        >>> Tensor([1.0]).element_size()
+        4
+        """
+        return dtypes.concrete(self.dtype).itemsize
+    def nbytes(self) -> int:
+        """Total bytes of the tensor's elements.
+
+        >>> Tensor([1.0, 2.0]).nbytes()
+        8
+        """
+        return self.numel() * self.element_size()
+    def is_floating_point(self) -> bool:
+        """Whether the dtype is a floating-point type.
+
+        >>> Tensor([1.0]).is_floating_point(), Tensor([1]).is_floating_point()
+        (True, False)
+        """
+        return dtypes.is_float(self.dtype)
     def size(self, dim: int | None = None) -> Any:
-        """The shape, or one dimension of it: ``Tensor.ones(2, 3).size(-1) == 3``."""
+        """The shape, or one dimension of it: ``Tensor.ones(2, 3).size(-1) == 3``.
+
+        >>> Tensor.ones(2, 3).size(), Tensor.ones(2, 3).size(1)
+        ((2, 3), 3)
+        """
         return self.shape if dim is None else self.shape[self._resolve_dim(dim)]
     def __len__(self) -> int:
         if not self.shape: raise TypeError("len() of a 0-d tensor")
@@ -214,13 +304,18 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         values = self.detach().numpy() if self.dtype.fmt is not None else self.detach().bitcast(_storage_dtype(self.dtype)).numpy()
         return _tensor_from_pickle, (values, self.dtype, device, axis, self.requires_grad)
     def __bool__(self) -> bool:
-        if self.numel() != 1: raise RuntimeError(f"the truth value of a tensor with {self.numel()} elements is ambiguous")
+        # TypeError like tinygrad's (which refuses bool() of any tensor; a one-element one is allowed here, docs/api_fidelity.md)
+        if self.numel() != 1: raise TypeError(f"the truth value of a tensor with {self.numel()} elements is ambiguous")
         return bool(self.item())
 
     # ---------------------------------------------------------------- realization
     def schedule(self, *others: "Tensor") -> list[ScheduleItem]:
         """The kernels that would compute this tensor (and ``others``); calling it performs the
-        scheduling, so the tensors then refer to the scheduled buffers."""
+        scheduling, so the tensors then refer to the scheduled buffers.
+
+        >>> len(Tensor([1, 2]).add(1).schedule())
+        1
+        """
         return self._schedule(*others)[0]
 
     def _schedule(self, *others: "Tensor") -> tuple[list[ScheduleItem], list[UOp]]:
@@ -234,7 +329,11 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
 
     def realize(self, *others: "Tensor", do_update_stats: bool = True) -> "Tensor":
         """Compute this tensor (and ``others``) now: ``Tensor.realize(a, b)`` or ``a.realize()``.
-        Gradients still flow through realized tensors (see _apply_becomes)."""
+        Gradients still flow through realized tensors (see _apply_becomes).
+
+        >>> Tensor([1, 2]).add(1).realize().tolist()
+        [2, 3]
+        """
         items, origins = self._schedule(*others)
         if len(items) > 1:
             from fusegrad.engine.memory import plan_memory, referenced_buffers
@@ -249,11 +348,15 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     def _buffer_view(self) -> tuple[Buffer, bool]:
         """The buffer behind a realized tensor and whether the tensor is exactly its contents."""
         base = self.uop.base
-        contiguous = self.uop is base or (self.uop.op is Ops.RESHAPE and self.uop.src[0] is base)
+        contiguous = _is_reshaped_buffer(self.uop)
         return buffer_of(base), contiguous
 
     def numpy(self) -> Any:
-        """A numpy copy: ``Tensor([1, 2]).numpy()`` is ``array([1, 2], dtype=int32)``."""
+        """A numpy copy: ``Tensor([1, 2]).numpy()`` is ``array([1, 2], dtype=int32)``.
+
+        >>> Tensor([[1, 2]]).numpy()
+        array([[1, 2]], dtype=int32)
+        """
         import numpy as np
         from fusegrad.engine.jit import refuse_data_access_in_capture
         refuse_data_access_in_capture(".numpy()/.item()/.tolist()")   # inside a TinyJit capture the value would be baked in
@@ -263,30 +366,48 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if isinstance(self.device, tuple): return self.to(self.device[0]).numpy()
         self.realize()
         from fusegrad.schedule.tensor_rules import const_value
+        shape = tuple(s if isinstance(s, int) else _bound_value(s) for s in self.shape)   # a symbolic size: its bound value
         if (value := const_value(self.uop)) is not None:
-            return np.full(self.shape, value, dtype=to_np_dtype(self.dtype))
+            return np.full(shape, value, dtype=to_np_dtype(self.dtype))
+        if self.uop.base.op is Ops.CONST and isinstance(self.uop.base.arg, UOp):   # the value of bound Variables (Tensor(v))
+            return np.full(shape, _bound_value(self.uop.base.arg), dtype=to_np_dtype(self.dtype))
         buffer, contiguous = self._buffer_view()
         if not contiguous: return self.contiguous().numpy()
-        shape = tuple(s if isinstance(s, int) else _bound_value(s) for s in self.shape)
         return np.frombuffer(buffer.as_buffer(), dtype=to_np_dtype(self.dtype))[:prod(shape)].reshape(shape).copy()
 
     def data(self) -> memoryview:
-        """The values as a memoryview shaped like the tensor."""
+        """The values as a memoryview shaped like the tensor.
+
+        >>> Tensor([1, 2]).data().tolist()
+        [1, 2]
+        """
         array = self.numpy()
         return memoryview(array)   # numpy's buffer export already has the shape (an ND memoryview can't be cast again)
 
     def tolist(self) -> Any:
-        """Nested Python lists: ``Tensor([[1, 2]]).tolist() == [[1, 2]]``."""
+        """Nested Python lists: ``Tensor([[1, 2]]).tolist() == [[1, 2]]``.
+
+        >>> Tensor([[1, 2], [3, 4]]).tolist()
+        [[1, 2], [3, 4]]
+        """
         return self.numpy().tolist()
 
     def item(self) -> ConstType:
-        """The single value of a one-element tensor: ``Tensor([3]).item() == 3``."""
-        if self.numel() != 1: raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+        """The single value of a one-element tensor: ``Tensor([3]).item() == 3``.
+
+        >>> Tensor([[5]]).item()
+        5
+        """
+        if self.numel() != 1: raise RuntimeError(f"item() needs a tensor with one element, this one has shape {self.shape}")
         return self.reshape(()).numpy().item()
 
     def contiguous(self) -> "Tensor":
         """This tensor laid out densely in memory. A realized tensor that already is a whole
-        buffer is returned as it is (no copy); use clone() for a copy."""
+        buffer is returned as it is (no copy); use clone() for a copy.
+
+        >>> Tensor([[1, 2], [3, 4]]).T.contiguous().tolist()
+        [[1, 3], [2, 4]]
+        """
         if _is_plain(self.uop) and self._is_realized(): return self
         if self.uop.base.op is Ops.CONST and isinstance(self.device, str) and all_int(self.shape) and self.numel() > 0:
             # equal constants are one interned UOp, so CONTIGUOUS(CONST) made twice would be one graph and,
@@ -297,27 +418,49 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             return Tensor(UOp(Ops.ASSIGN, self.dtype, (buffer, self.uop)), requires_grad=self.requires_grad)
         return self._apply(Ops.CONTIGUOUS)
     def contiguous_backward(self) -> "Tensor":
-        """Identity forward; the gradient flowing back is made contiguous."""
+        """Identity forward; the gradient flowing back is made contiguous.
+
+        >>> Tensor([1.0, 2.0]).contiguous_backward().tolist()
+        [1.0, 2.0]
+        """
         return self._apply(Ops.CONTIGUOUS_BACKWARD)
     def detach(self) -> "Tensor":
-        """The same values without a gradient connection."""
+        """The same values without a gradient connection.
+
+        >>> Tensor([1.0], requires_grad=True).detach().requires_grad
+        False
+        """
         return Tensor(self.uop.src[0] if self.uop.op is Ops.DETACH else UOp(Ops.DETACH, self.dtype, (self.uop,)), requires_grad=False)
     def clone(self, device: str | tuple | None = None) -> "Tensor":
-        """A new tensor with a copy of the values (on ``device`` if given); ``.grad`` is cloned too."""
+        """A new tensor with a copy of the values (on ``device`` if given); ``.grad`` is cloned too.
+
+        >>> Tensor([1, 2]).clone().tolist()
+        [1, 2]
+        """
         source = self if device is None else self.to(device)
         ret = Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (source.uop,)), requires_grad=self.requires_grad)
         if self.grad is not None: ret.grad = self.grad.clone(device=device)
         return ret
 
     def replace(self, x: "Tensor") -> "Tensor":
-        """Make this tensor refer to ``x``'s data (same shape), dropping its own graph."""
+        """Make this tensor refer to ``x``'s data (same shape), dropping its own graph.
+
+        >>> a = Tensor([1, 2])
+        >>> a.replace(Tensor([3, 4])).tolist()
+        [3, 4]
+        """
         if x.shape != self.shape: raise ValueError(f"replace shape mismatch: {self.shape} vs {x.shape}")
         self.uop = x.uop
         return self
     def assign(self, x: Any) -> "Tensor":
         """Write ``x`` into this tensor's buffer (lazily): ``a.assign(a + 1)``. A view (a slice, a
         permute, a reshape, ``detach()``) writes into the buffer it views. ``x`` broadcasts to this
-        shape; a tensor of another dtype or device is an error (see docs/decisions.md, Mutation)."""
+        shape; a tensor of another dtype or device is an error (see docs/decisions.md, Mutation).
+
+        >>> a = Tensor([1, 2]).realize()
+        >>> a.assign(Tensor([5, 6])).tolist()
+        [5, 6]
+        """
         if isinstance(self.device, str) and self.device.startswith("DISK:"):
             from fusegrad.runtime.ops_disk import disk_assign
             return disk_assign(self, x)
@@ -325,7 +468,11 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return assign(self, x)
 
     def to(self, device: str | tuple | None) -> "Tensor":
-        """The tensor on another device (a copy), keeping dtype and requires_grad."""
+        """The tensor on another device (a copy), keeping dtype and requires_grad.
+
+        >>> Tensor([1, 2]).to("PYTHON").device
+        'PYTHON'
+        """
         device = _canonical_device(device)
         if device == self.device: return self
         if isinstance(device, tuple): return self.shard(device)
@@ -343,6 +490,12 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
                         requires_grad=self.requires_grad)
         return copied
     def to_(self, device: str | tuple) -> "Tensor":
+        """Move this tensor to ``device`` in place.
+
+        >>> a = Tensor([1, 2])
+        >>> _ = a.to_("PYTHON"); a.device
+        'PYTHON'
+        """
         self.uop = self.to(device).uop
         return self
     def shard(self, devices: tuple | list, axis: int | None = None) -> "Tensor":
@@ -365,27 +518,48 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             check_divisible(self.shape, axis := self._resolve_dim(axis), devices)
         return Tensor(shard_uop(self.uop, devices, axis), requires_grad=self.requires_grad)
     def shard_(self, devices: tuple | list, axis: int | None = None) -> "Tensor":
-        """Shard in place: this tensor now refers to the sharded value."""
+        """Shard in place: this tensor now refers to the sharded value.
+
+        >>> Tensor([1, 2, 3, 4]).shard_(("CPU:1", "CPU:2"), axis=0).device
+        ('CPU:1', 'CPU:2')
+        """
         self.uop = self.shard(devices, axis).uop
         return self
 
     # ---------------------------------------------------------------- autograd
     @staticmethod
     def train(mode: bool = True) -> _TrainMode:
-        """``with Tensor.train():`` enables dropout and batch statistics for a block."""
+        """``with Tensor.train():`` enables dropout and batch statistics for a block.
+
+        >>> with Tensor.train(): Tensor.training
+        True
+        """
         return _TrainMode(mode)
     @staticmethod
     def test() -> _TrainMode:
-        """``with Tensor.test():`` is training mode off."""
+        """``with Tensor.test():`` is training mode off.
+
+        >>> with Tensor.test(): Tensor.training
+        False
+        """
         return _TrainMode(False)
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
-        """Mark this tensor as a leaf that gets ``.grad`` on ``backward()``."""
+        """Mark this tensor as a leaf that gets ``.grad`` on ``backward()``.
+
+        >>> Tensor([1.0]).requires_grad_().requires_grad
+        True
+        """
         self.requires_grad = requires_grad
         return self
 
     def gradient(self, *targets: "Tensor", gradient: "Tensor | None" = None, materialize_grads: bool = False) -> list["Tensor"]:
         """Gradients of this (scalar) tensor with respect to ``targets``, without touching ``.grad``:
-        ``dx, = loss.gradient(x)``."""
+        ``dx, = loss.gradient(x)``.
+
+        >>> x = Tensor([3.0], requires_grad=True)
+        >>> (x * x).gradient(x)[0].tolist()
+        [6.0]
+        """
         from fusegrad.gradient import compute_gradient, differentiation_order
         if gradient is None and self.numel() != 1:
             raise RuntimeError(f"gradient needs a scalar tensor or an explicit gradient; this one has shape {self.shape}")
@@ -419,9 +593,15 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
 
         Realized tensors in the graph are differentiated through the graph they were computed from.
         With requires_grad=True tensors, backward releases the graph (PyTorch's retain_graph=False):
-        the tensors computed in it keep no graph when realized afterwards."""
+        the tensors computed in it keep no graph when realized afterwards.
+
+        >>> x = Tensor([1.0, 2.0], requires_grad=True)
+        >>> (x * x).sum().backward().grad is None, x.grad.tolist()
+        (True, [2.0, 4.0])
+        """
         if gradient is None and self.numel() != 1:
             raise RuntimeError(f"backward needs a scalar tensor or an explicit gradient; this one has shape {self.shape}")
+        if not dtypes.is_float(self.dtype): raise RuntimeError(f"only float tensors have a gradient, backward got a {self.dtype} tensor")
         from fusegrad.gradient import compute_gradient, differentiation_order
         in_graph, _ = differentiation_order(self.uop)   # realized tensors included, through their origins
         candidates = [t for t in list(all_tensors) if t.uop in in_graph and t is not self and dtypes.is_float(t.dtype)]
@@ -447,11 +627,15 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         shape = argfix(*shape)
         for s in shape:
             if not isinstance(s, (int, UOp)) or (isinstance(s, int) and s < 0):
-                raise ValueError(f"invalid shape {shape}: sizes must be non-negative ints")
+                raise RuntimeError(f"invalid shape {shape}: sizes must be non-negative ints")
         return shape
     @staticmethod
     def empty(*shape, device: str | None = None, dtype: DType | str | None = None, **kwargs) -> "Tensor":
-        """An uninitialized tensor (its own buffer): ``Tensor.empty(2, 3)``."""
+        """An uninitialized tensor (its own buffer): ``Tensor.empty(2, 3)``.
+
+        >>> Tensor.empty(2, 3).shape
+        (2, 3)
+        """
         shape = Tensor._shape_arg(shape)
         dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
         if isinstance(device, (tuple, list)):   # replicated on every device, as tinygrad
@@ -463,9 +647,14 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return Tensor(buffer.reshape(shape), **kwargs)
     @staticmethod
     def full(shape: tuple, fill_value: Any, device: str | None = None, dtype: DType | str | None = None, **kwargs) -> "Tensor":
-        """``Tensor.full((2, 2), 7)`` is a 2×2 tensor of sevens (a constant: no memory until needed)."""
+        """``Tensor.full((2, 2), 7)`` is a 2×2 tensor of sevens (a constant: no memory until needed).
+
+        >>> Tensor.full((2, 2), 7).tolist()
+        [[7, 7], [7, 7]]
+        """
         shape = Tensor._shape_arg(shape if isinstance(shape, (tuple, list)) else (shape,))
-        dtype = to_dtype(dtype) if dtype is not None else dtypes.concrete(dtypes.from_py(fill_value)) if not isinstance(fill_value, Tensor) else fill_value.dtype
+        dtype = to_dtype(dtype) if dtype is not None else fill_value.dtype if isinstance(fill_value, Tensor) else \
+            dtypes.default_int if isinstance(fill_value, UOp) else dtypes.concrete(dtypes.from_py(fill_value))   # a Variable: an int
         constant = Tensor(UOp.const(dtype, fill_value, _canonical_device(device), shape), **kwargs)
         # a leaf asked for needs a node of its own: constants are interned, so two Tensor.ones(3) are one
         # node and autograd (keyed by node) would give each the other's gradient too
@@ -474,14 +663,26 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return constant
     @staticmethod
     def zeros(*shape, **kwargs) -> "Tensor":
-        """``Tensor.zeros(2, 3)``"""
+        """``Tensor.zeros(2, 3)``
+
+        >>> Tensor.zeros(2, 2).tolist()
+        [[0.0, 0.0], [0.0, 0.0]]
+        """
         return Tensor.full(argfix(*shape), 0.0, **{"dtype": dtypes.default_float, **kwargs})
     @staticmethod
     def ones(*shape, **kwargs) -> "Tensor":
-        """``Tensor.ones(2, 3)``"""
+        """``Tensor.ones(2, 3)``
+
+        >>> Tensor.ones(2, 2).tolist()
+        [[1.0, 1.0], [1.0, 1.0]]
+        """
         return Tensor.full(argfix(*shape), 1.0, **{"dtype": dtypes.default_float, **kwargs})
     def full_like(self, fill_value: Any, **kwargs) -> "Tensor":
-        """A tensor shaped (and sharded) like ``self`` filled with ``fill_value``: ``t.full_like(7)``."""
+        """A tensor shaped (and sharded) like ``self`` filled with ``fill_value``: ``t.full_like(7)``.
+
+        >>> Tensor.full_like(Tensor([1, 2]), 9).tolist()
+        [9, 9]
+        """
         if isinstance(self.device, tuple):
             dtype = kwargs.pop("dtype", self.dtype)
             return self._multi_like(lambda shape, device: Tensor.full(shape, fill_value, dtype=dtype, device=device), kwargs)
@@ -510,14 +711,31 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if isinstance(y.device, str): return self.to(y.device)
         if isinstance(self.device, tuple) and (self.device, self.uop.axis) == (y.device, y.uop.axis): return self
         return self.shard(y.device, y.uop.axis)
-    def zeros_like(self, **kwargs) -> "Tensor": return self.full_like(0, **kwargs)
-    def ones_like(self, **kwargs) -> "Tensor": return self.full_like(1, **kwargs)
+    def zeros_like(self, **kwargs) -> "Tensor":
+        """A tensor of zeros with this tensor's shape, dtype and device.
+
+        >>> Tensor.zeros_like(Tensor([[1, 2]])).tolist()
+        [[0, 0]]
+        """
+        return self.full_like(0, **kwargs)
+    def ones_like(self, **kwargs) -> "Tensor":
+        """A tensor of ones with this tensor's shape, dtype and device.
+
+        >>> Tensor.ones_like(Tensor([[1, 2]])).tolist()
+        [[1, 1]]
+        """
+        return self.full_like(1, **kwargs)
 
     @staticmethod
     def arange(start: Any, stop: Any = None, step: Any = 1, **kwargs) -> "Tensor":
-        """``Tensor.arange(5).tolist() == [0, 1, 2, 3, 4]``; float and negative steps work."""
+        """``Tensor.arange(5).tolist() == [0, 1, 2, 3, 4]``; float and negative steps work.
+
+        >>> Tensor.arange(1, 10, 3).tolist()
+        [1, 4, 7]
+        """
         if stop is None: start, stop = 0, start
-        if step == 0: raise ValueError("arange step must not be zero")
+        if any(isinstance(x, UOp) for x in (start, stop, step)): return Tensor._symbolic_arange(start, stop, step, **kwargs)
+        if step == 0: raise RuntimeError("arange step must not be zero")
         has_float = any(isinstance(x, float) for x in (start, stop, step))
         # the values the range can reach lie in [low, high] (stop itself is excluded)
         low, high = (start, stop - step) if step > 0 else (stop - step, start)
@@ -538,15 +756,42 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         values = Tensor(index).cast(dtype) * Tensor(UOp.const(dtype, step, device, ())) + Tensor(UOp.const(dtype, start, device, ()))
         return Tensor(values.uop, **kwargs)
     @staticmethod
+    def _symbolic_arange(start: Any, stop: Any, step: Any, **kwargs) -> "Tensor":
+        """``arange`` whose bounds are bound Variables (or expressions of them): a symbolic length
+        ceil((stop - start) / step), compiled once for every value."""
+        if not isinstance(step, int) or isinstance(step, bool) or step <= 0:
+            raise ValueError(f"an arange with symbolic bounds needs a positive int step, got {step!r}")
+        if any(isinstance(x, float) for x in (start, stop)): raise TypeError("an arange with symbolic bounds takes int bounds")
+        length = sint_to_uop(stop - start)
+        if not resolve(length >= 0, False):
+            raise ValueError(f"arange [{start}, {stop}) may have a negative length {length.render()}: its bounds can't order it")
+        count = ((length + (step - 1)) // step).ssimplify()
+        dtype = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.default_int
+        device = _canonical_device(kwargs.pop("device", None))
+        largest = count.vmax if isinstance(count, UOp) else count
+        index_dtype = dtypes.int32 if largest - 1 <= dtypes.max(dtypes.int32) else dtypes.int64
+        index = UOp(Ops.ARANGE, index_dtype, (UOp(Ops.DEVICE, arg=device),), count)
+        values = Tensor(index).cast(dtype) * Tensor(UOp.const(dtype, step, device, ())) + Tensor(start, device=device, dtype=dtype)
+        return Tensor(values.uop, **kwargs)
+    @staticmethod
     def linspace(start: float, stop: float, steps: int, **kwargs) -> "Tensor":
-        """``steps`` evenly spaced values from start to stop inclusive."""
+        """``steps`` evenly spaced values from start to stop inclusive.
+
+        >>> Tensor.linspace(0, 1, 5).tolist()
+        [0.0, 0.25, 0.5, 0.75, 1.0]
+        """
         if steps < 0: raise ValueError("linspace needs a non-negative number of steps")
         dtype = to_dtype(kwargs.pop("dtype", dtypes.default_float))
+        if dtype == dtypes.bool: raise ValueError("linspace with a bool dtype is not supported")
         if steps == 1: return Tensor([start], dtype=dtype, **kwargs)
         return (Tensor.arange(steps, **kwargs).cast(dtypes.float32) * ((stop - start) / (steps - 1)) + start).cast(dtype)
     @staticmethod
     def eye(n: int, m: int | None = None, **kwargs) -> "Tensor":
-        """The identity matrix: ``Tensor.eye(3)``."""
+        """The identity matrix: ``Tensor.eye(3)``.
+
+        >>> Tensor.eye(2).tolist()
+        [[1.0, 0.0], [0.0, 1.0]]
+        """
         m = n if m is None else m
         if n < 0 or m < 0: raise ValueError(f"eye needs non-negative sizes, got {n}, {m}")
         dtype = kwargs.pop("dtype", dtypes.default_float)
@@ -557,7 +802,12 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     @staticmethod
     def from_blob(ptr: int, shape: tuple, dtype: DType | str = dtypes.float32, device: str | None = None) -> "Tensor":
         """A tensor over existing host memory at address ``ptr`` (no copy on CPU-memory devices;
-        the memory must outlive the tensor): ``Tensor.from_blob(array.ctypes.data, (2, 3))``."""
+        the memory must outlive the tensor): ``Tensor.from_blob(array.ctypes.data, (2, 3))``.
+
+        >>> import ctypes; buf = (ctypes.c_float * 2)(1.0, 2.0)
+        >>> Tensor.from_blob(ctypes.addressof(buf), (2,), dtype=dtypes.float32).tolist()
+        [1.0, 2.0]
+        """
         import ctypes
         dtype, device = to_dtype(dtype), Device.canonicalize(device)
         if not isinstance(ptr, int) or ptr == 0: raise ValueError(f"from_blob needs a non-null integer address, got {ptr!r}")
@@ -570,7 +820,12 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return Tensor(buffer.reshape(tuple(shape)))
     @staticmethod
     def from_url(url: str, gunzip: bool = False, **kwargs) -> "Tensor":
-        """A uint8 tensor of a downloaded file (cached on disk): ``Tensor.from_url(url)``."""
+        """A uint8 tensor of a downloaded file (cached on disk): ``Tensor.from_url(url)``.
+
+        >>> url = 'file://' + __import__('os').path.abspath(__import__('tempfile').mkstemp()[1])
+        >>> _ = open(url[7:], 'wb').write(bytes([1, 2])); Tensor.from_url(url).tolist()
+        [1, 2]
+        """
         import gzip
         from fusegrad.helpers import fetch
         data = fetch(url).read_bytes()
@@ -634,21 +889,29 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if isinstance(device, (tuple, list)):
             raise ValueError(f"rand only supports a single device, got device={device!r}; use rand_like of a sharded tensor")
         device = _canonical_device(device)
-        if not dtypes.is_float(dtype): raise TypeError(f"rand needs a float dtype, got {dtype}")
+        if not dtypes.is_float(dtype): raise ValueError(f"rand needs a float dtype, got {dtype}")
         count = prod(shape)
         if count == 0: return Tensor.zeros(*shape, device=device, dtype=dtype, **kwargs)
         bits = Tensor._random_bits(ceildiv(count * dtype.itemsize, 4), device)
         uniform = _bits_to_unit_interval(bits, count, dtype).reshape(shape)
         return Tensor((uniform.contiguous() if contiguous else uniform).uop, **kwargs)
     def rand_like(self, **kwargs) -> "Tensor":
-        """Uniform samples in [0, 1) shaped (and sharded) like ``self``."""
+        """Uniform samples in [0, 1) shaped (and sharded) like ``self``.
+
+        >>> Tensor.manual_seed(0); Tensor.rand_like(Tensor([[1.0, 2.0]])).shape
+        (1, 2)
+        """
         if isinstance(self.device, tuple):
             dtype, contiguous = kwargs.pop("dtype", self.dtype), kwargs.pop("contiguous", True)
             return self._multi_like(lambda shape, device: Tensor.rand(*shape, dtype=dtype, device=device, contiguous=contiguous), kwargs)
         return Tensor.rand(*self.shape, **{"device": self.device, "dtype": self.dtype, **kwargs})
     @staticmethod
     def randn(*shape, dtype: DType | str | None = None, **kwargs) -> "Tensor":
-        """Standard normal samples (Box-Muller): ``Tensor.randn(2, 3)``."""
+        """Standard normal samples (Box-Muller): ``Tensor.randn(2, 3)``.
+
+        >>> Tensor.manual_seed(0); Tensor.randn(2, 3).shape
+        (2, 3)
+        """
         shape = Tensor._shape_arg(shape)
         dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
         requires_grad = kwargs.pop("requires_grad", None)
@@ -657,14 +920,22 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         normal = (src[0] * (2 * math.pi)).cos() * ((1 - src[1]).log() * -2).sqrt()
         return Tensor(normal.cast(dtype).uop, requires_grad=requires_grad)
     def randn_like(self, **kwargs) -> "Tensor":
-        """Standard normal samples shaped (and sharded) like ``self``."""
+        """Standard normal samples shaped (and sharded) like ``self``.
+
+        >>> Tensor.manual_seed(0); Tensor.randn_like(Tensor([[1.0, 2.0]])).shape
+        (1, 2)
+        """
         if isinstance(self.device, tuple):
             dtype = kwargs.pop("dtype", self.dtype)
             return self._multi_like(lambda shape, device: Tensor.randn(*shape, dtype=dtype, device=device), kwargs)
         return Tensor.randn(*self.shape, **{"device": self.device, "dtype": self.dtype, **kwargs})
     @staticmethod
     def randint(*shape, low: int = 0, high: int = 10, dtype: DType | str = dtypes.int32, **kwargs) -> "Tensor":
-        """Uniform integers in [low, high)."""
+        """Uniform integers in [low, high).
+
+        >>> Tensor.manual_seed(0); 0 <= Tensor.randint(5, low=0, high=3).min().item() and Tensor.randint(5, high=3).max().item() < 3
+        True
+        """
         if not isinstance(low, int) or not isinstance(high, int): raise TypeError(f"randint needs int bounds, got low={low!r}, high={high!r}")
         if high <= low: raise ValueError(f"randint needs low < high, got low={low}, high={high}")
         dtype = to_dtype(dtype)
@@ -672,29 +943,61 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return Tensor.uniform(*shape, low=low, high=high, dtype=dtype, **kwargs)
     @staticmethod
     def normal(*shape, mean: float = 0.0, std: float = 1.0, **kwargs) -> "Tensor":
+        """Normal samples with ``mean`` and ``std`` (``std >= 0``).
+
+        >>> Tensor.manual_seed(0); Tensor.normal(2, 3, mean=1.0, std=0.1).shape
+        (2, 3)
+        """
+        if std < 0: raise ValueError(f"normal needs std >= 0, got std={std}")
         requires_grad = kwargs.pop("requires_grad", None)
         return Tensor((std * Tensor.randn(*shape, **kwargs) + mean).uop, requires_grad=requires_grad)
     @staticmethod
     def uniform(*shape, low: float = 0.0, high: float = 1.0, **kwargs) -> "Tensor":
+        """Uniform samples in [low, high) (``low < high``).
+
+        >>> Tensor.manual_seed(0); (Tensor.uniform(100, low=2, high=3) >= 2).all().item()
+        True
+        """
+        if not low < high: raise ValueError(f"uniform needs low < high, got low={low}, high={high}")
         requires_grad = kwargs.pop("requires_grad", None)
         dtype = kwargs.pop("dtype", None) or dtypes.default_float
         # scaled in float32, cast, then shifted: tinygrad's order of rounding, so seeded values match
         return Tensor(((high - low) * Tensor.rand(*shape, **kwargs)).cast(dtype).add(low).uop, requires_grad=requires_grad)
     @staticmethod
     def scaled_uniform(*shape, **kwargs) -> "Tensor":
+        """U(-1, 1) scaled by 1 / sqrt(prod(shape)).
+
+        >>> Tensor.manual_seed(0); Tensor.scaled_uniform(2, 3).shape
+        (2, 3)
+        """
         return Tensor.uniform(*shape, low=-1.0, high=1.0, **kwargs).mul(prod(argfix(*shape)) ** -0.5)
     @staticmethod
     def glorot_uniform(*shape, **kwargs) -> "Tensor":
+        """Xavier/Glorot uniform initialization: U(-a, a) with a = sqrt(6 / (fan_in + fan_out)).
+
+        >>> Tensor.manual_seed(0); Tensor.glorot_uniform(3, 4).shape
+        (3, 4)
+        """
         shape = argfix(*shape)
         bound = (6 / (shape[0] + prod(shape[1:]))) ** 0.5
         return Tensor.uniform(*shape, low=-bound, high=bound, **kwargs)
     @staticmethod
     def kaiming_uniform(*shape, a: float = 0.01, **kwargs) -> "Tensor":
+        """He/Kaiming uniform initialization: U(-b, b), b = gain * sqrt(3 / fan_in), the gain set by the leaky-relu slope ``a``.
+
+        >>> Tensor.manual_seed(0); Tensor.kaiming_uniform(4, 3).shape
+        (4, 3)
+        """
         shape = argfix(*shape)
         bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shape[1:]))
         return Tensor.uniform(*shape, low=-bound, high=bound, **kwargs)
     @staticmethod
     def kaiming_normal(*shape, a: float = 0.01, **kwargs) -> "Tensor":
+        """He/Kaiming normal initialization: N(0, gain / sqrt(fan_in)), the gain set by the leaky-relu slope ``a``.
+
+        >>> Tensor.manual_seed(0); Tensor.kaiming_normal(4, 3).shape
+        (4, 3)
+        """
         shape = argfix(*shape)
         std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shape[1:]))
         return Tensor.normal(*shape, mean=0.0, std=std, **kwargs)
@@ -713,7 +1016,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if isinstance(x, Tensor): return x
         if isinstance(x, UOp):   # a symbolic value (bound variables) used as a number
             return Tensor(UOp.const(dtypes.weakint, x, self.device, ()), requires_grad=False)
-        if not isinstance(x, (bool, int, float)): raise TypeError(f"unsupported operand type {type(x).__name__}")
+        if not isinstance(x, (bool, int, float)): raise RuntimeError(f"unsupported operand type {type(x).__name__}")
         return Tensor(UOp.const(dtype or dtypes.from_py(x), x, self.device, ()), requires_grad=False)
     def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True) -> tuple["Tensor", "Tensor"]:
         x: Tensor = self
@@ -748,7 +1051,11 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
 
     # ---------------------------------------------------------------- casts
     def cast(self, dtype: DType | str) -> "Tensor":
-        """Convert values: ``Tensor([1.7]).cast(dtypes.int32).tolist() == [1]``."""
+        """Convert values: ``Tensor([1.7]).cast(dtypes.int32).tolist() == [1]``.
+
+        >>> Tensor([1.7, -1.7]).cast(dtypes.int32).tolist()
+        [1, -1]
+        """
         dtype = to_dtype(dtype)
         if self.dtype == dtype: return self
         if isinstance(self.device, str) and self.device.startswith("DISK:"):
@@ -761,7 +1068,11 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return self._apply(Ops.CAST, dtype=dtype)
     def bitcast(self, dtype: DType | str) -> "Tensor":
         """Reinterpret the bits: ``Tensor([1.0]).bitcast(dtypes.uint32).item() == 0x3F800000``.
-        A different item size changes the last dimension."""
+        A different item size changes the last dimension.
+
+        >>> Tensor([1.0]).bitcast(dtypes.int32).tolist()
+        [1065353216]
+        """
         dtype = to_dtype(dtype)
         if self.requires_grad: raise RuntimeError("can't bitcast a tensor that requires grad")
         old, new = dtypes.concrete(self.dtype).itemsize, dtype.itemsize
@@ -773,14 +1084,62 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             return disk_view(self, dtype=dtype)
         from fusegrad.indexing import bitcast_item_size
         return bitcast_item_size(self, dtype)
-    def float(self) -> "Tensor": return self.cast(dtypes.float32)
-    def half(self) -> "Tensor": return self.cast(dtypes.float16)
-    def double(self) -> "Tensor": return self.cast(dtypes.float64)
-    def int(self) -> "Tensor": return self.cast(dtypes.int32)
-    def long(self) -> "Tensor": return self.cast(dtypes.int64)
-    def short(self) -> "Tensor": return self.cast(dtypes.int16)
-    def bool(self) -> "Tensor": return self.cast(dtypes.bool)
-    def bfloat16(self) -> "Tensor": return self.cast(dtypes.bfloat16)
+    def float(self) -> "Tensor":
+        """Cast to float32.
+
+        >>> Tensor([1]).float().dtype
+        dtypes.float32
+        """
+        return self.cast(dtypes.float32)
+    def half(self) -> "Tensor":
+        """Cast to float16.
+
+        >>> Tensor([1.0]).half().dtype
+        dtypes.float16
+        """
+        return self.cast(dtypes.float16)
+    def double(self) -> "Tensor":
+        """Cast to float64.
+
+        >>> Tensor([1]).double().dtype
+        dtypes.float64
+        """
+        return self.cast(dtypes.float64)
+    def int(self) -> "Tensor":
+        """Cast to int32 (truncating floats toward zero).
+
+        >>> Tensor([1.9]).int().tolist()
+        [1]
+        """
+        return self.cast(dtypes.int32)
+    def long(self) -> "Tensor":
+        """Cast to int64.
+
+        >>> Tensor([1.0]).long().dtype
+        dtypes.int64
+        """
+        return self.cast(dtypes.int64)
+    def short(self) -> "Tensor":
+        """Cast to int16.
+
+        >>> Tensor([1]).short().dtype
+        dtypes.int16
+        """
+        return self.cast(dtypes.int16)
+    def bool(self) -> "Tensor":
+        """Cast to bool (nonzero is True).
+
+        >>> Tensor([0, 2]).bool().tolist()
+        [False, True]
+        """
+        return self.cast(dtypes.bool)
+    def bfloat16(self) -> "Tensor":
+        """Cast to bfloat16.
+
+        >>> Tensor([1.5]).bfloat16().dtype
+        dtypes.bfloat16
+        """
+        return self.cast(dtypes.bfloat16)
 
     # ---------------------------------------------------------------- movement
     def _resolve_dim(self, dim: int, extra: bool = False) -> int:
@@ -790,21 +1149,38 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             raise IndexError(f"dimension {dim} is out of range for a tensor of {self.ndim} dimensions (shape {self.shape})")
         return dim + total if dim < 0 else dim
     def reshape(self, *shape) -> "Tensor":
-        """``Tensor.arange(6).reshape(2, -1).shape == (2, 3)``"""
+        """``Tensor.arange(6).reshape(2, -1).shape == (2, 3)``
+
+        >>> Tensor([1, 2, 3, 4]).reshape(2, 2).tolist()
+        [[1, 2], [3, 4]]
+        """
         shape = argfix(*shape)
         if any(s is None for s in shape): shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
-        if shape.count(-1) > 1: raise ValueError(f"reshape can infer only one dimension, got {shape}")
+        if shape.count(-1) > 1: raise RuntimeError(f"reshape can infer only one dimension, got {shape}")
         if -1 in shape:
             known = prod(s for s in shape if s != -1)
             if known == 0 or self.numel() % known != 0: raise ValueError(f"can't reshape {self.shape} to {shape}")
             shape = tuple(self.numel() // known if s == -1 else s for s in shape)
         if any(isinstance(s, int) and s < 0 for s in shape): raise ValueError(f"invalid shape {shape}")
-        if prod(shape) != self.numel() and not (isinstance(prod(shape), UOp) or isinstance(self.numel(), UOp)):
+        if isinstance(self.numel(), int) and isinstance(prod(shape), UOp):
+            raise ValueError(f"can't reshape {self.shape} to the symbolic shape {shape}: a concrete tensor has no symbolic size "
+                             f"(shrink or slice it with the Variable instead)")
+        if not (_holds(prod(shape), self.numel()) and _holds(self.numel(), prod(shape))):
             raise ValueError(f"can't reshape {self.shape} ({self.numel()} elements) to {shape} ({prod(shape)} elements)")
         return self if tuple(shape) == self.shape else self._apply(Ops.RESHAPE, arg=tuple(shape))
-    def view(self, *shape) -> "Tensor": return self.reshape(*shape)
+    def view(self, *shape) -> "Tensor":
+        """Alias of ``reshape``.
+
+        >>> Tensor([1, 2, 3, 4]).view(2, 2).tolist()
+        [[1, 2], [3, 4]]
+        """
+        return self.reshape(*shape)
     def expand(self, *shape) -> "Tensor":
-        """Broadcast size-1 dims: ``Tensor([[1], [2]]).expand(2, 3)``; -1 keeps a dim."""
+        """Broadcast size-1 dims: ``Tensor([[1], [2]]).expand(2, 3)``; -1 keeps a dim.
+
+        >>> Tensor([[1], [2]]).expand(2, 3).tolist()
+        [[1, 1, 1], [2, 2, 2]]
+        """
         shape = argfix(*shape)
         if len(shape) < self.ndim: raise ValueError(f"expand to {shape} has fewer dimensions than {self.shape}")
         padded = (1,) * (len(shape) - self.ndim) + self.shape
@@ -814,38 +1190,59 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         reshaped = self.reshape(padded)
         return reshaped if target == padded else reshaped._apply(Ops.EXPAND, arg=target)
     def permute(self, *order) -> "Tensor":
-        """Reorder dimensions: ``Tensor.ones(2, 3).permute(1, 0).shape == (3, 2)``."""
+        """Reorder dimensions: ``Tensor.ones(2, 3).permute(1, 0).shape == (3, 2)``.
+
+        >>> Tensor.ones(2, 3, 4).permute(2, 0, 1).shape
+        (4, 2, 3)
+        """
         order = tuple(self._resolve_dim(o) for o in argfix(*order))
-        if sorted(order) != list(range(self.ndim)): raise ValueError(f"invalid permutation {order} of a {self.ndim}-d tensor")
+        if sorted(order) != list(range(self.ndim)): raise RuntimeError(f"invalid permutation {order} of a {self.ndim}-d tensor")
         return self if order == tuple(range(self.ndim)) else self._apply(Ops.PERMUTE, arg=order)
     def flip(self, *axis) -> "Tensor":
-        """Reverse the order along ``axis``: ``Tensor([1, 2, 3]).flip(0).tolist() == [3, 2, 1]``."""
+        """Reverse the order along ``axis``: ``Tensor([1, 2, 3]).flip(0).tolist() == [3, 2, 1]``.
+
+        >>> Tensor([1, 2, 3]).flip(0).tolist()
+        [3, 2, 1]
+        """
         axes = {self._resolve_dim(a) for a in argfix(*axis)}
         if len(axes) != len(argfix(*axis)): raise RuntimeError(f"flip got a repeated axis in {axis}")
         flags = tuple(i in axes and self.shape[i] != 1 for i in range(self.ndim))
         return self._apply(Ops.FLIP, arg=flags) if any(flags) else self
     def shrink(self, arg: Sequence[tuple[int, int] | None]) -> "Tensor":
-        """Keep ``[start, end)`` per dim (None keeps all): ``t.shrink(((0, 2), None))``."""
+        """Keep ``[start, end)`` per dim (None keeps all): ``t.shrink(((0, 2), None))``.
+
+        >>> Tensor([[1, 2, 3], [4, 5, 6]]).shrink(((0, 1), (1, 3))).tolist()
+        [[2, 3]]
+        """
         if len(arg) != self.ndim: raise ValueError(f"shrink needs {self.ndim} ranges, got {len(arg)}")
         bounds = tuple((0, s) if b is None else tuple(b) for b, s in zip(arg, self.shape))
         for (b, e), s in zip(bounds, self.shape):
-            if not (isinstance(b, UOp) or isinstance(e, UOp)) and not 0 <= b <= e <= s:
-                raise ValueError(f"invalid shrink {bounds} for shape {self.shape}")
+            if not (isinstance(b, (int, UOp)) and isinstance(e, (int, UOp))) or isinstance(b, bool) or isinstance(e, bool):
+                raise TypeError(f"shrink bounds must be ints or bound Variables, got {bounds}")
+            if not (_holds(0, b) and _holds(b, e) and _holds(e, s)): raise ValueError(f"invalid shrink {bounds} for shape {self.shape}")
         if all(b == (0, s) for b, s in zip(bounds, self.shape)): return self
         return self._apply(Ops.SHRINK, arg=bounds)
     def pad(self, padding: Sequence, mode: str = "constant", value: float = 0.0) -> "Tensor":
         """Pad with ``value``. ``padding`` is per-dim (before, after) pairs, or a flat torch-style
-        tuple (last dim first). Negative padding crops. Modes: constant, reflect, replicate, circular."""
+        tuple (last dim first). Negative padding crops. Modes: constant, reflect, replicate, circular.
+
+        >>> Tensor([1, 2]).pad((1, 2)).tolist()
+        [0, 1, 2, 0, 0]
+        """
         if mode not in ("constant", "reflect", "replicate", "circular"): raise NotImplementedError(f"pad mode {mode!r} is not supported")
-        if all(isinstance(p, int) for p in padding):
+        if all(isinstance(p, (int, UOp)) for p in padding):
             if len(padding) % 2 != 0 or len(padding) // 2 > self.ndim: raise ValueError(f"invalid flat padding {padding} for shape {self.shape}")
             pairs = [(0, 0)] * (self.ndim - len(padding) // 2) + [(padding[i], padding[i + 1]) for i in range(len(padding) - 2, -1, -2)]
         else:
             if len(padding) != self.ndim: raise ValueError(f"padding has {len(padding)} pairs for a {self.ndim}-d tensor")
             pairs = [(0, 0) if p is None else tuple(p) for p in padding]
         if mode != "constant": return self._pad_mode(pairs, mode)
-        x = self.shrink(tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pairs, self.shape)))
-        positive = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
+        if any(isinstance(p, UOp) and not resolve(p >= 0) for pair in pairs for p in pair):
+            raise ValueError(f"symbolic padding {pairs} must be non-negative")
+        # negative (int) padding crops; a symbolic amount is a pad (checked non-negative above)
+        x = self.shrink(tuple((-min(b, 0) if isinstance(b, int) else 0, s + min(a, 0) if isinstance(a, int) else s)
+                              for (b, a), s in zip(pairs, self.shape)))
+        positive = tuple(tuple(max(p, 0) if isinstance(p, int) else p for p in pair) for pair in pairs)
         if all(p == (0, 0) for p in positive): return x
         padded = x._apply(Ops.PAD, arg=positive)
         if value == 0: return padded
@@ -873,30 +1270,63 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
                 back = x.shrink(tuple((0, after) if i == dim else None for i in range(x.ndim))) if after else None
             x = Tensor.cat(*[p for p in (front, x, back) if p is not None], dim=dim)
         return x
-    def pad2d(self, padding: Sequence[int], value: float = 0.0) -> "Tensor": return self.pad(tuple(padding), value=value)
+    def pad2d(self, padding: Sequence[int], value: float = 0.0) -> "Tensor":
+        """Pad the last two dims: ``padding`` is (left, right, top, bottom).
+
+        >>> Tensor([[1]]).pad2d((1, 0, 0, 1)).tolist()
+        [[0, 1], [0, 0]]
+        """
+        return self.pad(tuple(padding), value=value)
     @property
-    def T(self) -> "Tensor": return self.transpose()
+    def T(self) -> "Tensor":
+        """The tensor with its last two dims swapped (``transpose()``).
+
+        >>> Tensor([[1, 2, 3]]).T.shape
+        (3, 1)
+        """
+        return self.transpose()
     def transpose(self, dim0: int = 1, dim1: int = 0) -> "Tensor":
-        """Swap two dims (default the first two): ``t.transpose(0, 1)``."""
+        """Swap two dims (default the first two): ``t.transpose(0, 1)``.
+
+        >>> Tensor([[1, 2, 3]]).transpose().tolist()
+        [[1], [2], [3]]
+        """
         order = list(range(self.ndim))
         a, b = self._resolve_dim(dim0), self._resolve_dim(dim1)
         order[a], order[b] = order[b], order[a]
         return self.permute(order)
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> "Tensor":
-        """Merge dims start..end: ``Tensor.ones(2, 3, 4).flatten(1).shape == (2, 12)``."""
+        """Merge dims start..end: ``Tensor.ones(2, 3, 4).flatten(1).shape == (2, 12)``.
+
+        >>> Tensor([[1, 2], [3, 4]]).flatten().tolist()
+        [1, 2, 3, 4]
+        """
         if self.ndim == 0: return self.reshape(1)
         start, end = self._resolve_dim(start_dim), self._resolve_dim(end_dim)
         return self.reshape(self.shape[:start] + (prod(self.shape[start:end + 1]),) + self.shape[end + 1:])
     def unflatten(self, dim: int, sizes: tuple) -> "Tensor":
+        """Split dim ``dim`` into the dims ``sizes``.
+
+        >>> Tensor.ones(6).unflatten(0, (2, 3)).shape
+        (2, 3)
+        """
         dim = self._resolve_dim(dim)
         return self.reshape(self.shape[:dim] + tuple(sizes) + self.shape[dim + 1:])
     def squeeze(self, dim: int | None = None) -> "Tensor":
-        """Drop size-1 dims (all, or just ``dim``)."""
+        """Drop size-1 dims (all, or just ``dim``).
+
+        >>> Tensor.ones(1, 3, 1).squeeze().shape
+        (3,)
+        """
         if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
         dim = self._resolve_dim(dim)
         return self if not self.ndim or self.shape[dim] != 1 else self.reshape(self.shape[:dim] + self.shape[dim + 1:])
     def unsqueeze(self, dim: int) -> "Tensor":
-        """Insert a size-1 dim: ``Tensor.ones(3).unsqueeze(0).shape == (1, 3)``."""
+        """Insert a size-1 dim: ``Tensor.ones(3).unsqueeze(0).shape == (1, 3)``.
+
+        >>> Tensor([1, 2]).unsqueeze(0).shape
+        (1, 2)
+        """
         dim = self._resolve_dim(dim, extra=True)
         return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
 
@@ -907,14 +1337,20 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     def __setitem__(self, indices: Any, value: Any) -> None:
         from fusegrad.indexing import setitem
         setitem(self, indices, value)
+    def __delitem__(self, indices: Any) -> None:
+        raise TypeError("Tensor does not support deleting items (its shape is fixed)")
 
     def cat(self, *others: "Tensor", dim: int = 0) -> "Tensor":
-        """Join along ``dim``: ``Tensor([1]).cat(Tensor([2])).tolist() == [1, 2]``."""
+        """Join along ``dim``: ``Tensor([1]).cat(Tensor([2])).tolist() == [1, 2]``.
+
+        >>> Tensor([1, 2]).cat(Tensor([3])).tolist()
+        [1, 2, 3]
+        """
         tensors = [self, *others]
         dim = self._resolve_dim(dim)
         for t in tensors:
             if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != dim):
-                raise ValueError(f"cat needs matching shapes except in dim {dim}, got {[t.shape for t in tensors]}")
+                raise RuntimeError(f"cat needs matching shapes except in dim {dim}, got {[t.shape for t in tensors]}")
         dtype = least_upper_dtype(*[t.dtype for t in tensors])
         tensors = [t.cast(dtype) for t in tensors if t.shape[dim] != 0] or [self.cast(dtype)]
         total = sum(t.shape[dim] for t in tensors)
@@ -927,11 +1363,15 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             offset += t.shape[dim]
         return out
     def stack(self, *others: "Tensor", dim: int = 0) -> "Tensor":
-        """Join along a new dim: ``Tensor.stack(a, b)``, ``a.stack(b)`` and ``Tensor.stack([a, b])`` are the same."""
+        """Join along a new dim: ``Tensor.stack(a, b)``, ``a.stack(b)`` and ``Tensor.stack([a, b])`` are the same.
+
+        >>> Tensor([1, 2]).stack(Tensor([3, 4])).tolist()
+        [[1, 2], [3, 4]]
+        """
         # a plain method, not a staticmethod: ``a.stack(b)`` must include ``a`` (tinygrad's semantics)
         tensors = argfix(self, *others)
         if not tensors: raise ValueError("stack needs at least one tensor")
-        if any(t.shape != tensors[0].shape for t in tensors): raise ValueError(f"stack needs equal shapes, got {[t.shape for t in tensors]}")
+        if any(t.shape != tensors[0].shape for t in tensors): raise RuntimeError(f"stack needs equal shapes, got {[t.shape for t in tensors]}")
         dim = tensors[0]._resolve_dim(dim, extra=True)
         return tensors[0].unsqueeze(dim).cat(*[t.unsqueeze(dim) for t in tensors[1:]], dim=dim)
 
@@ -944,7 +1384,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
                 if a not in (0, -1): raise IndexError(f"dimension {a} is out of range for a 0-d tensor")
             return ()
         resolved = tuple(self._resolve_dim(a) for a in axes)
-        if len(set(resolved)) != len(resolved): raise ValueError(f"repeated axis in {axis}")
+        if len(set(resolved)) != len(resolved): raise RuntimeError(f"repeated axis in {axis}")
         return resolved
     def _split_reduce(self, op: Ops, axes: tuple[int, ...]) -> "Tensor | None":
         """A reduce of >= 32768 elements per output runs as two kernels: the first splits one reduce
@@ -970,21 +1410,35 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if keepdim: return reduced
         return reduced.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
     def sum(self, axis: Any = None, keepdim: bool = False, acc_dtype: DType | None = None, dtype: DType | None = None) -> "Tensor":
-        """Sum over ``axis`` (all by default). Small ints accumulate in int32, halves in float32."""
+        """Sum over ``axis`` (all by default). Small ints accumulate in int32, halves in float32.
+
+        >>> Tensor([[1, 2], [3, 4]]).sum(axis=1).tolist()
+        [3, 7]
+        """
         acc = to_dtype(acc_dtype or dtype) if (acc_dtype or dtype) else sum_acc_dtype(self.dtype)
         result = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
         if dtype is None and acc_dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16): return result.cast(self.dtype)
         return result.cast(to_dtype(dtype)) if dtype is not None else result
     def prod(self, axis: Any = None, keepdim: bool = False, acc_dtype: DType | None = None, dtype: DType | None = None) -> "Tensor":
-        """Product over ``axis``."""
+        """Product over ``axis``, in ``self``'s dtype unless ``dtype`` is given (tinygrad 0.14: an int8 product
+        wraps in int8, a bool product is ``all``); accumulated in a wider type.
+
+        >>> Tensor([[1, 2], [3, 4]]).prod(axis=1).tolist()
+        [2, 12]
+        """
         acc = to_dtype(acc_dtype or dtype) if (acc_dtype or dtype) else sum_acc_dtype(self.dtype)
         result = self.cast(acc)._reduce(Ops.MUL, axis, keepdim)
-        if dtype is None and acc_dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16): return result.cast(self.dtype)
+        # (products in a wider int, cast back, wrap as they would in the narrow one: both are modulo 2**bits)
+        if dtype is None and acc_dtype is None: return result.cast(self.dtype)
         return result
     def max(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
-        """Largest value over ``axis``."""
-        if self.numel() == 0 and self._resolve_axes(axis) and any(self.shape[a] == 0 for a in self._resolve_axes(axis)):
-            raise RuntimeError(f"max of an empty dimension has no identity (shape {self.shape})")
+        """Largest value over ``axis``.
+
+        >>> Tensor([[1, 5], [7, 2]]).max(axis=1).tolist()
+        [5, 7]
+        """
+        # an empty axis gives the identity, the dtype's lowest value (-inf for floats), as in tinygrad 0.14
+        # (torch raises); that keeps softmax/log_softmax of an empty axis empty and logsumexp -inf, as torch
         return self._reduce(Ops.MAX, axis, keepdim)
     def _inverse(self) -> "Tensor":
         """An order-reversing map: -x for floats and signed ints, ~x for unsigned, not for bool."""
@@ -993,42 +1447,95 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if self.dtype == dtypes.bool: return self.logical_not()
         return ~self
     def min(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
-        """Smallest value over ``axis``."""
+        """Smallest value over ``axis``.
+
+        >>> Tensor([[1, 5], [7, 2]]).min(axis=1).tolist()
+        [1, 2]
+        """
         return self._inverse().max(axis, keepdim)._inverse()
     def any(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
+        """True where any element along ``axis`` is nonzero (all elements when ``axis`` is None).
+
+        >>> Tensor([[True, False], [False, False]]).any(axis=1).tolist()
+        [True, False]
+        """
         return self.bool()._reduce(Ops.MAX, axis, keepdim)   # not .max(): any() of nothing is False
     def all(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
+        """True where every element along ``axis`` is nonzero (all elements when ``axis`` is None).
+
+        >>> Tensor([[True, False], [True, True]]).all(axis=1).tolist()
+        [False, True]
+        """
         return self.logical_not().any(axis, keepdim).logical_not()
     def mean(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
-        """Average over ``axis``; ints give float32."""
+        """Average over ``axis``; ints give float32.
+
+        >>> Tensor([[1.0, 2.0], [3.0, 4.0]]).mean(axis=0).tolist()
+        [2.0, 3.0]
+        """
         out_dtype = least_upper_float(self.dtype) if not dtypes.is_weak(self.dtype) else dtypes.default_float
         count = prod(self.shape[a] for a in self._resolve_axes(axis)) if self.ndim else 1
         total = self.cast(out_dtype).sum(axis, keepdim, acc_dtype=sum_acc_dtype(out_dtype) if out_dtype not in (dtypes.float16, dtypes.bfloat16) else dtypes.float32)
         if count == 0: return (total * math.nan).cast(out_dtype)
         return (total / count).cast(out_dtype)
     def var(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> "Tensor":
-        """Variance with Bessel's ``correction`` (1 by default, like torch)."""
+        """Variance with Bessel's ``correction`` (1 by default, like torch).
+
+        >>> round(Tensor([1.0, 2.0, 3.0, 4.0]).var().item(), 4)
+        1.6667
+        """
         squares = (self - self.mean(axis, keepdim=True)).square()
         count = prod(self.shape[a] for a in self._resolve_axes(axis)) if self.ndim else 1
-        return squares.sum(axis, keepdim) / max(0, count - correction) if count - correction > 0 else squares.sum(axis, keepdim) * math.nan
+        # a symbolic count is only known when the kernel runs: divide by it there
+        if isinstance(count, UOp): return squares.sum(axis, keepdim) / smax(0, count - correction)
+        # correction >= N divides by 0 like tinygrad and torch: inf, or nan for a constant input
+        return squares.sum(axis, keepdim) / max(0, count - correction)
     def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> "Tensor":
+        """Standard deviation along ``axis`` with Bessel's ``correction`` (default 1).
+
+        >>> round(Tensor([1.0, 2.0, 3.0, 4.0]).std().item(), 4)
+        1.291
+        """
         return self.var(axis, keepdim, correction).sqrt()
     def var_mean(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple["Tensor", "Tensor"]:
+        """``(var, mean)`` along ``axis``.
+
+        >>> [round(t.item(), 4) for t in Tensor([1.0, 2.0, 3.0, 4.0]).var_mean()]
+        [1.6667, 2.5]
+        """
         return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
     def std_mean(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple["Tensor", "Tensor"]:
+        """``(std, mean)`` along ``axis``.
+
+        >>> [round(t.item(), 4) for t in Tensor([1.0, 2.0, 3.0, 4.0]).std_mean()]
+        [1.291, 2.5]
+        """
         return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
     def softmax(self, axis: int = -1, dtype: DType | None = None) -> "Tensor":
-        """exp(x - max) / sum: numerically stable."""
+        """exp(x - max) / sum: numerically stable.
+
+        >>> Tensor([0.0, 0.0]).softmax().tolist()
+        [0.5, 0.5]
+        """
         x = self.cast(dtype) if dtype is not None else self
         shifted = x - x.max(axis, keepdim=True)
         e = shifted.exp()
         return e / e.sum(axis, keepdim=True)
     def log_softmax(self, axis: int = -1, dtype: DType | None = None) -> "Tensor":
+        """log(softmax(x)) along ``axis``, computed stably.
+
+        >>> Tensor([0.0, 0.0]).log_softmax().numpy().round(4)
+        array([-0.6931, -0.6931], dtype=float32)
+        """
         x = self.cast(dtype) if dtype is not None else self
         shifted = x - x.max(axis, keepdim=True)
         return shifted - shifted.exp().sum(axis, keepdim=True).log()
     def logsumexp(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
-        """log(sum(exp(x))) computed stably."""
+        """log(sum(exp(x))) computed stably.
+
+        >>> round(Tensor([0.0, 0.0]).logsumexp(0).item(), 4)
+        0.6931
+        """
         m = self.max(axis, keepdim=True)
         m = m.isinf().where(0, m)   # a row of -inf gives log(0) = -inf, a +inf gives +inf (not inf - inf = nan)
         return (self - m).exp().sum(axis, keepdim=True).log().add(m)._squeeze_axes(self._resolve_axes(axis), keepdim)
@@ -1037,7 +1544,11 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
     def argmax(self, axis: int | None = None, keepdim: bool = False) -> "Tensor":
         """Index of the first largest value (int32). NaN counts as the largest, as in PyTorch: a
-        row with a NaN gives the index of its first NaN (the max of that row is NaN too)."""
+        row with a NaN gives the index of its first NaN (the max of that row is NaN too).
+
+        >>> Tensor([[1, 5, 2], [7, 0, 3]]).argmax(axis=1).tolist()
+        [1, 0]
+        """
         if axis is None: return self.flatten().argmax(0)
         axis = self._resolve_dim(axis) if self.ndim else 0
         if self.ndim == 0: return Tensor(UOp.const(dtypes.int32, 0, self.device, ()))
@@ -1052,6 +1563,11 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         first = (is_max * countdown).max(axis, keepdim=keepdim)
         return (n - first).cast(dtypes.int32)
     def argmin(self, axis: int | None = None, keepdim: bool = False) -> "Tensor":
+        """Index of the smallest element along ``axis`` (the first one on ties; flattened when ``axis`` is None).
+
+        >>> Tensor([[1, 5, 2], [7, 0, 3]]).argmin(axis=1).tolist()
+        [0, 1]
+        """
         return self._inverse().argmax(axis, keepdim)
 
     # ---------------------------------------------------------------- unary math
@@ -1059,49 +1575,100 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         x = self.cast(least_upper_float(self.dtype)) if not dtypes.is_float(self.dtype) and op not in (Ops.NEG,) else self
         return x._apply(op)
     def neg(self) -> "Tensor":
-        """-x (logical not for bool)."""
+        """-x (logical not for bool).
+
+        >>> Tensor([1, -2]).neg().tolist()
+        [-1, 2]
+        """
         return self.logical_not() if self.dtype == dtypes.bool else self._apply(Ops.NEG)
     def logical_not(self) -> "Tensor":
-        """``Tensor([True, False]).logical_not().tolist() == [False, True]``"""
+        """``Tensor([True, False]).logical_not().tolist() == [False, True]``
+
+        >>> Tensor([True, False]).logical_not().tolist()
+        [False, True]
+        """
         return self._compare(Ops.CMPNE, True) if self.dtype == dtypes.bool else self._compare(Ops.CMPEQ, 0)
-    def log2(self) -> "Tensor": return self._unary(Ops.LOG2)
-    def exp2(self) -> "Tensor": return self._unary(Ops.EXP2)
+    def log2(self) -> "Tensor":
+        """Base-2 logarithm, elementwise.
+
+        >>> Tensor([1.0, 8.0]).log2().numpy().round(4)
+        array([0., 3.], dtype=float32)
+        """
+        return self._unary(Ops.LOG2)
+    def exp2(self) -> "Tensor":
+        """2 ** x, elementwise.
+
+        >>> Tensor([0.0, 3.0]).exp2().tolist()
+        [1.0, 8.0]
+        """
+        return self._unary(Ops.EXP2)
     def log(self) -> "Tensor":
-        """Natural log (nan for negatives, -inf at 0)."""
-        return self.log2() * math.log(2)
-    def log10(self) -> "Tensor": return self.log2() * math.log10(2)
+        """Natural log (nan for negatives, -inf at 0); float16/bfloat16 compute in float32.
+
+        >>> Tensor([1.0, 2.718281828]).log().numpy().round(4)
+        array([0., 1.], dtype=float32)
+        """
+        x = self._widened()
+        return (x.log2() * math.log(2)).cast(x._narrow_dtype(self))
+    def log10(self) -> "Tensor":
+        """Base-10 logarithm, elementwise.
+
+        >>> Tensor([1.0, 100.0]).log10().numpy().round(4)
+        array([0., 2.], dtype=float32)
+        """
+        return self.log2() * math.log10(2)
     def exp(self) -> "Tensor":
-        """e**x"""
-        return (self._float() * (1 / math.log(2))).exp2()
+        """e**x as EXP2(x * log2 e): codegen recognizes that pattern and computes e**x to <= 1 ulp
+        (codegen/transcendental.xexp; rounding x * log2 e first would cost 52 ulp at x = 70).
+        float16/bfloat16 compute in float32 and round once.
+
+        >>> Tensor([0.0, 1.0]).exp().numpy().round(4)
+        array([1.    , 2.7183], dtype=float32)
+        """
+        x = self._widened()
+        constant = x.uop.base
+        if constant.op is Ops.CONST and isinstance(constant.arg, float) and not x.requires_grad:
+            # a constant folds (x * log2 e rounded first) before codegen could see the pattern: fold e**x here
+            return x.const_like(_exp_of_float(constant.arg), x._narrow_dtype(self))   # rounded once
+        return (x * (1 / math.log(2))).exp2().cast(x._narrow_dtype(self))
     def _float(self) -> "Tensor": return self if dtypes.is_float(self.dtype) else self.cast(least_upper_float(self.dtype))
     def sqrt(self) -> "Tensor":
-        """Square root (nan for negatives)."""
+        """Square root (nan for negatives).
+
+        >>> Tensor([4.0, 9.0]).sqrt().tolist()
+        [2.0, 3.0]
+        """
         return self._unary(Ops.SQRT)
-    def rsqrt(self) -> "Tensor": return self.sqrt().reciprocal()
-    def sin(self) -> "Tensor": return self._unary(Ops.SIN)
+    def rsqrt(self) -> "Tensor":
+        """1 / sqrt(x), elementwise.
+
+        >>> Tensor([4.0, 16.0]).rsqrt().tolist()
+        [0.5, 0.25]
+        """
+        return self.sqrt().reciprocal()
+    def sin(self) -> "Tensor":
+        """sin x, elementwise.
+
+        >>> Tensor([0.0, 1.5707964]).sin().numpy().round(4)
+        array([0., 1.], dtype=float32)
+        """
+        return self._unary(Ops.SIN)
     def cos(self) -> "Tensor":
-        """cos x from exact SIN calls (see ``_sin_cos``): accurate to a few ulp for every finite x."""
+        """cos x, accurate to ~1 ulp for every finite float32 x (see ``cos_uop``).
+
+        >>> Tensor([0.0, 3.1415927]).cos().numpy().round(4)
+        array([ 1., -1.], dtype=float32)
+        """
         x = self._widened()
-        return x._sin_cos()[1].cast(x._narrow_dtype(self))
+        return Tensor(cos_uop(x.uop), requires_grad=x.requires_grad).cast(x._narrow_dtype(self))
     def tan(self) -> "Tensor":
+        """tan x = sin x / cos x from one shared range reduction (see ``tan_uop``).
+
+        >>> Tensor([0.0, 0.7853982]).tan().numpy().round(4)
+        array([0., 1.], dtype=float32)
+        """
         x = self._widened()
-        sin, cos = x._sin_cos()
-        return (sin / cos).cast(x._narrow_dtype(self))
-    def _sin_cos(self) -> tuple["Tensor", "Tensor"]:
-        """(sin x, cos x) for a float x using only SIN, whose range reduction is exact. cos x =
-        sin(pi/2 - x) would round pi/2 - x first (an error of half an ulp of x: wrong beyond ~1e4 in
-        float32), so cos uses SIN of x/2, x and 2x, which are exact: where |cos x| > 0.7 it is
-        1 - 2 sin(x/2)**2 (no cancellation), elsewhere sin(2x) / (2 sin x), whose parts are accurate
-        relative to their size even next to the zeros of cos. Only where 2x overflows (the top binade)
-        cos falls back to the first form, with an absolute error of about one ulp of 1."""
-        sin = self.sin()
-        fits = self.abs() < 2.0 ** (127 if self.dtype == dtypes.float32 else 1023)   # 2x is finite
-        use_ratio = (sin.abs() > 0.7) & fits
-        # the unused side gets harmless inputs, so no inf/nan reaches the gradient through where
-        double_angle = (2 * fits.where(self, 0)).sin()
-        ratio = double_angle / (2 * use_ratio.where(sin, 1))
-        half = (self * 0.5).sin()
-        return sin, use_ratio.where(ratio, 1 - 2 * half * half)
+        return Tensor(tan_uop(x.uop), requires_grad=x.requires_grad).cast(x._narrow_dtype(self))
     def _widened(self) -> "Tensor":
         """self as a float tensor to compute math in: float16 and bfloat16 widen to float32 (one
         rounding at the end instead of one per step, like torch)."""
@@ -1121,67 +1688,161 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         # +-0 is returned as is: -0 + (+0) would be +0 when P(0) < 0 (the derivative at 0 is 1 either way)
         return (self == 0).where(self, self + self * z * _horner(z, coefficients))
     def reciprocal(self) -> "Tensor":
-        """1/x (ints become floats)."""
+        """1/x (ints become floats).
+
+        >>> Tensor([2.0, 4.0]).reciprocal().tolist()
+        [0.5, 0.25]
+        """
         return self._unary(Ops.RECIPROCAL)
     def trunc(self) -> "Tensor":
-        """Round toward zero (ints unchanged)."""
+        """Round toward zero (ints unchanged).
+
+        >>> Tensor([1.7, -1.7]).trunc().tolist()
+        [1.0, -1.0]
+        """
         return self if not dtypes.is_float(self.dtype) else self._apply(Ops.TRUNC)
     def floor(self) -> "Tensor":
+        """Round down to the nearest integer (keeps the float dtype).
+
+        >>> Tensor([1.7, -1.2]).floor().tolist()
+        [1.0, -2.0]
+        """
         if not dtypes.is_float(self.dtype): return self
         t = self.trunc()
         return (self < t).where(t - 1, t)
     def ceil(self) -> "Tensor":
+        """Round up to the nearest integer (keeps the float dtype).
+
+        >>> Tensor([1.2, -1.2]).ceil().tolist()
+        [2.0, -1.0]
+        """
         if not dtypes.is_float(self.dtype): return self
         t = self.trunc()
         return (self > t).where(t + 1, t)
     def round(self) -> "Tensor":
-        """Round half to even, like numpy and torch."""
+        """Round half to even, like numpy and torch.
+
+        >>> Tensor([0.5, 1.5, 2.4]).round().tolist()
+        [0.0, 2.0, 2.0]
+        """
         if not dtypes.is_float(self.dtype): return self
         floor = self.floor()
         diff = self - floor
         half_even = (floor * 0.5).floor() * 2 == floor   # floor is even
         return (diff > 0.5).where(floor + 1, (diff < 0.5).where(floor, half_even.where(floor, floor + 1)))
     def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> "Tensor":
+        """True where the value is +inf or -inf (select with ``detect_positive``/``detect_negative``).
+
+        >>> Tensor([1.0, float('inf'), float('-inf')]).isinf().tolist()
+        [False, True, True]
+        """
         return (self == math.inf) * detect_positive + (self == -math.inf) * detect_negative if dtypes.is_float(self.dtype) else self._const(False, dtypes.bool)
-    def isnan(self) -> "Tensor": return self != self
-    def isfinite(self) -> "Tensor": return (self.isinf() | self.isnan()).logical_not()
-    def square(self) -> "Tensor": return self * self
+    def isnan(self) -> "Tensor":
+        """True where the value is NaN.
+
+        >>> Tensor([1.0, float('nan')]).isnan().tolist()
+        [False, True]
+        """
+        return self != self
+    def isfinite(self) -> "Tensor":
+        """True where the value is neither infinite nor NaN.
+
+        >>> Tensor([1.0, float('inf'), float('nan')]).isfinite().tolist()
+        [True, False, False]
+        """
+        return (self.isinf() | self.isnan()).logical_not()
+    def square(self) -> "Tensor":
+        """x * x, elementwise.
+
+        >>> Tensor([-3, 2]).square().tolist()
+        [9, 4]
+        """
+        return self * self
     def abs(self) -> "Tensor":
-        """|x| (exact at 0)."""
+        """|x| (exact at 0).
+
+        >>> Tensor([-2, 0, 3]).abs().tolist()
+        [2, 0, 3]
+        """
         if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool: return self
         return (self < 0).where(-self, self) if not dtypes.is_float(self.dtype) else self * self.sign()
     def sign(self) -> "Tensor":
-        """-1, 0 or 1 (0 at 0; nan stays nan)."""
+        """-1, 0 or 1 (0 at 0; nan stays nan).
+
+        >>> Tensor([-2.0, 0.0, 3.0]).sign().tolist()
+        [-1.0, 0.0, 1.0]
+        """
         if self.dtype == dtypes.bool: return self
         zero = self._const(0)
         one = self._const(1)
         return self.ne(0).where((self < 0).where(-one if not dtypes.is_unsigned(self.dtype) else one, one), zero) + (self * 0 if dtypes.is_float(self.dtype) else 0)
     def clip(self, min_: Any = None, max_: Any = None) -> "Tensor":
-        """Limit values to [min_, max_]."""
+        """Limit values to [min_, max_].
+
+        >>> Tensor([-2, 0, 5]).clip(-1, 3).tolist()
+        [-1, 0, 3]
+        """
         if min_ is None and max_ is None: raise RuntimeError("clip needs at least one of min_ and max_")
-        x = self.maximum(min_) if min_ is not None else self
-        return x.minimum(max_) if max_ is not None else x
-    def clamp(self, min_: Any = None, max_: Any = None) -> "Tensor": return self.clip(min_, max_)
-    def lerp(self, end: "Tensor", weight: Any) -> "Tensor": return self + (end - self) * weight
+        # a select, not maximum/minimum: a value on the bound keeps gradient 1 (tinygrad's and torch's), not a tie's 0.5
+        x = (self < min_).where(min_, self) if min_ is not None else self
+        return (x > max_).where(max_, x) if max_ is not None else x
+    def clamp(self, min_: Any = None, max_: Any = None) -> "Tensor":
+        """Alias of ``clip``: limit values to ``[min_, max_]``.
+
+        >>> Tensor([-2, 0, 5]).clamp(-1, 3).tolist()
+        [-1, 0, 3]
+        """
+        return self.clip(min_, max_)
+    def lerp(self, end: "Tensor", weight: Any) -> "Tensor":
+        """Linear interpolation ``self + (end - self) * weight``.
+
+        >>> Tensor([0.0, 10.0]).lerp(Tensor([10.0, 20.0]), 0.5).tolist()
+        [5.0, 15.0]
+        """
+        return self + (end - self) * weight
 
     # ---------------------------------------------------------------- activations
     def relu(self) -> "Tensor":
-        """max(x, 0) (nan stays nan)."""
+        """max(x, 0) (nan stays nan).
+
+        >>> Tensor([-1.0, 2.0]).relu().tolist()
+        [0.0, 2.0]
+        """
         return (self <= 0).where(self._const(0), self) if self.dtype != dtypes.bool else self
     def sigmoid(self) -> "Tensor":
         """1 / (1 + e**-x), computed so neither the value nor the gradient overflows: each side
         of x = 0 uses the form whose exponential is at most 1 (the other side gets a harmless 0
-        input, so no 0*inf reaches the gradient)."""
+        input, so no 0*inf reaches the gradient).
+
+        >>> Tensor([0.0]).sigmoid().tolist()
+        [0.5]
+        """
         x = self._widened()
         positive = x >= 0
         e_pos = (-positive.where(x, 0)).exp()        # e**-x for x >= 0
         e_neg = (positive.where(0, x)).exp()         # e**x for x < 0
         return positive.where(1 / (1 + e_pos), e_neg / (1 + e_neg)).cast(x._narrow_dtype(self))
-    def logsigmoid(self) -> "Tensor": return -(-self).softplus()
-    def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> "Tensor": return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
+    def logsigmoid(self) -> "Tensor":
+        """log(sigmoid(x)), computed stably.
+
+        >>> Tensor([0.0]).logsigmoid().numpy().round(4)
+        array([-0.6931], dtype=float32)
+        """
+        return -(-self).softplus()
+    def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> "Tensor":
+        """max(0, min(1, alpha * x + beta)): a piecewise-linear sigmoid.
+
+        >>> Tensor([-4.0, 0.0, 4.0]).hardsigmoid().tolist()
+        [0.0, 0.5, 1.0]
+        """
+        return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
     def tanh(self) -> "Tensor":
         """tanh: an odd series for |x| < 0.625 (relative accuracy down to tiny x, -0 stays -0),
-        (1 - e)/(1 + e) with e = e**-2|x| <= 0.29 (no cancellation) above."""
+        (1 - e)/(1 + e) with e = e**-2|x| <= 0.29 (no cancellation) above.
+
+        >>> Tensor([0.0, 1.0]).tanh().numpy().round(4)
+        array([0.    , 0.7616], dtype=float32)
+        """
         x = self._widened()
         negative, magnitude = x._signbit(), x.abs()
         small = magnitude < 0.625
@@ -1191,7 +1852,11 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return small.where(series, negative.where(-large, large)).cast(x._narrow_dtype(self))
     def sinh(self) -> "Tensor":
         """sinh: an odd series for |x| < 1, else h*(h - h**-3)/2 with h = e**(|x|/2) (no overflow
-        before sinh itself overflows, and no rounded |x| - ln 2)."""
+        before sinh itself overflows, and no rounded |x| - ln 2).
+
+        >>> Tensor([0.0, 1.0]).sinh().numpy().round(4)
+        array([0.    , 1.1752], dtype=float32)
+        """
         x = self._widened()
         negative, magnitude = x._signbit(), x.abs()
         small = magnitude < 1
@@ -1200,13 +1865,58 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         large = (h * 0.5) * (h - 1 / (h * h * h))
         return small.where(series, negative.where(-large, large)).cast(x._narrow_dtype(self))
     def cosh(self) -> "Tensor":
-        """cosh = h*(h + h**-3)/2 with h = e**(|x|/2): finite wherever cosh is."""
+        """cosh = h*(h + h**-3)/2 with h = e**(|x|/2): finite wherever cosh is.
+
+        >>> Tensor([0.0, 1.0]).cosh().numpy().round(4)
+        array([1.    , 1.5431], dtype=float32)
+        """
         x = self._widened()
         h = (x.abs() * 0.5).exp()
         return ((h * 0.5) * (h + 1 / (h * h * h))).cast(x._narrow_dtype(self))
-    def atanh(self) -> "Tensor": return ((1 + self) / (1 - self)).log() / 2
-    def asinh(self) -> "Tensor": return (self + (self.square() + 1).sqrt()).log()
-    def acosh(self) -> "Tensor": return (self + (self.square() - 1).sqrt()).log()
+    def atanh(self) -> "Tensor":
+        """atanh x = sign(x)/2 * log1p(2|x| / (1 - |x|)): no cancellation near 0 (tiny x gives x, -0
+        stays -0); +-1 gives +-inf, |x| > 1 nan.
+
+        >>> Tensor([0.0, 0.5]).atanh().numpy().round(4)
+        array([0.    , 0.5493], dtype=float32)
+        """
+        x = self._widened()
+        negative, magnitude = x._signbit(), x._magnitude()
+        one = magnitude == 1
+        inside = one.where(0, magnitude)   # the unused side gets 0: no inf in the gradient
+        result = one.where(math.inf, (2 * inside / (1 - inside))._log1p() * 0.5)
+        return negative.where(-result, result).cast(x._narrow_dtype(self))
+    def asinh(self) -> "Tensor":
+        """asinh x = sign(x) * log1p(|x| + x*x / (1 + sqrt(1 + x*x))) (accurate near 0, -0 stays -0),
+        log|x| + ln 2 beyond 2**28 (where sqrt(1 + x*x) = |x| and x*x could overflow); +-inf gives +-inf.
+
+        >>> Tensor([0.0, 1.0]).asinh().numpy().round(4)
+        array([0.    , 0.8814], dtype=float32)
+        """
+        x = self._widened()
+        negative, magnitude = x._signbit(), x._magnitude()
+        large = magnitude > 2.0 ** 28
+        a = large.where(0, magnitude)
+        square = a * a
+        small_result = (a + square / (1 + (square + 1).sqrt()))._log1p()
+        result = large.where(large.where(magnitude, 1).log() + math.log(2), small_result)
+        return negative.where(-result, result).cast(x._narrow_dtype(self))
+    def acosh(self) -> "Tensor":
+        """acosh x = log1p(t + sqrt(t*(2 + t))), t = x - 1 (exact near 1), log x + ln 2 beyond 2**28;
+        nan below 1 and for nan.
+
+        >>> Tensor([1.0, 2.0]).acosh().numpy().round(4)
+        array([0.   , 1.317], dtype=float32)
+        """
+        x = self._widened()
+        large = x > 2.0 ** 28
+        t = (large | (x < 1)).where(0, x - 1)
+        small_result = (t + (t * (t + 2)).sqrt())._log1p()
+        result = large.where(large.where(x, 1).log() + math.log(2), small_result)
+        return (x >= 1).where(result, math.nan).cast(x._narrow_dtype(self))
+    def _magnitude(self) -> "Tensor":
+        """|x| with derivative sign(x), and 1 at +-0 (odd functions have f'(0) = 1-type slopes there)."""
+        return self._signbit().where(-self, self)
     def _asin_parts(self) -> tuple["Tensor", "Tensor", "Tensor"]:
         """(signbit, |x| <= 1/2, p) with p = asin(|x|) for |x| <= 1/2, else p = asin(w) with
         w = sqrt((1 - |x|)/2) (exact argument: 1 - |x| is exact there), asin|x| = pi/2 - 2p."""
@@ -1216,20 +1926,32 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         w = small.where(magnitude, (small.where(0.5, 1 - magnitude) * 0.5).sqrt())   # sqrt of a safe value
         return negative, small, w._odd_series(_ASIN_SERIES)
     def asin(self) -> "Tensor":
-        """arcsin (nan outside [-1, 1]); -0 stays -0."""
+        """arcsin (nan outside [-1, 1]); -0 stays -0.
+
+        >>> Tensor([0.0, 1.0]).asin().numpy().round(4)
+        array([0.    , 1.5708], dtype=float32)
+        """
         x = self._widened()
         negative, small, p = x._asin_parts()
         result = small.where(p, (math.pi / 2) - 2 * p)
         return negative.where(-result, result).cast(x._narrow_dtype(self))
     def acos(self) -> "Tensor":
-        """arccos, without the cancellation of pi/2 - asin x next to |x| = 1."""
+        """arccos, without the cancellation of pi/2 - asin x next to |x| = 1.
+
+        >>> Tensor([1.0, 0.0]).acos().numpy().round(4)
+        array([0.    , 1.5708], dtype=float32)
+        """
         x = self._widened()
         negative, small, p = x._asin_parts()
         result = small.where((math.pi / 2) - negative.where(-p, p), negative.where(math.pi - 2 * p, 2 * p))
         return result.cast(x._narrow_dtype(self))
     def atan(self) -> "Tensor":
         """arctan: |x| > 1 maps to 1/|x| (atan = pi/2 - atan(1/|x|), so +-inf gives +-pi/2), above
-        tan(pi/8) to (t-1)/(t+1) (+ pi/4), then an odd series; -0 stays -0."""
+        tan(pi/8) to (t-1)/(t+1) (+ pi/4), then an odd series; -0 stays -0.
+
+        >>> Tensor([0.0, 1.0]).atan().numpy().round(4)
+        array([0.    , 0.7854], dtype=float32)
+        """
         x = self._widened()
         negative = x._signbit()
         magnitude = negative.where(-x, x)
@@ -1244,26 +1966,70 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """x where x <= 0, else 0: feeds exp() in elu-style ops so the unused side can't overflow."""
         return (self > 0).where(0, self)
     def elu(self, alpha: float = 1.0) -> "Tensor":
-        """x for x > 0, alpha * (e**x - 1) otherwise."""
+        """x for x > 0, alpha * (e**x - 1) otherwise.
+
+        >>> Tensor([-1.0, 1.0]).elu().numpy().round(4)
+        array([-0.6321,  1.    ], dtype=float32)
+        """
         return (self > 0).where(self, alpha * (self._negative_part().exp() - 1))
     def celu(self, alpha: float = 1.0) -> "Tensor":
-        """x for x > 0, alpha * (e**(x/alpha) - 1) otherwise."""
+        """x for x > 0, alpha * (e**(x/alpha) - 1) otherwise.
+
+        >>> Tensor([-1.0, 1.0]).celu().numpy().round(4)
+        array([-0.6321,  1.    ], dtype=float32)
+        """
         return (self > 0).where(self, alpha * ((self._negative_part() / alpha).exp() - 1))
     def selu(self, alpha: float = 1.67326, gamma: float = 1.0507) -> "Tensor":
-        """gamma * elu(x, alpha) with the standard self-normalizing constants."""
+        """gamma * elu(x, alpha) with the standard self-normalizing constants.
+
+        >>> Tensor([-1.0, 1.0]).selu().numpy().round(4)
+        array([-1.1113,  1.0507], dtype=float32)
+        """
         return gamma * (self > 0).where(self, alpha * (self._negative_part().exp() - 1))
     def swish(self) -> "Tensor":
-        """x * sigmoid(x); float16/bfloat16 compute in float32 and round once."""
+        """x * sigmoid(x); float16/bfloat16 compute in float32 and round once.
+
+        >>> Tensor([0.0, 1.0]).swish().numpy().round(4)
+        array([0.    , 0.7311], dtype=float32)
+        """
         x = self._widened()
         return (x * x.sigmoid()).cast(x._narrow_dtype(self))
-    def silu(self) -> "Tensor": return self.swish()
-    def relu6(self) -> "Tensor": return self.relu() - (self - 6).relu()
-    def hardswish(self) -> "Tensor": return self * (self + 3).relu6() * (1 / 6)
-    def hardtanh(self, min_val: float = -1, max_val: float = 1) -> "Tensor": return self.clip(min_val, max_val)
+    def silu(self) -> "Tensor":
+        """x * sigmoid(x) (also called swish).
+
+        >>> Tensor([0.0, 1.0]).silu().numpy().round(4)
+        array([0.    , 0.7311], dtype=float32)
+        """
+        return self.swish()
+    def relu6(self) -> "Tensor":
+        """min(max(x, 0), 6).
+
+        >>> Tensor([-1.0, 3.0, 8.0]).relu6().tolist()
+        [0.0, 3.0, 6.0]
+        """
+        return self.relu() - (self - 6).relu()
+    def hardswish(self) -> "Tensor":
+        """x * relu6(x + 3) / 6.
+
+        >>> Tensor([0.0, 1.0, 4.0]).hardswish().numpy().round(4)
+        array([0.    , 0.6667, 4.    ], dtype=float32)
+        """
+        return self * (self + 3).relu6() * (1 / 6)
+    def hardtanh(self, min_val: float = -1, max_val: float = 1) -> "Tensor":
+        """Clip to ``[min_val, max_val]`` (default [-1, 1]).
+
+        >>> Tensor([-2.0, 0.5, 2.0]).hardtanh().tolist()
+        [-1.0, 0.5, 1.0]
+        """
+        return self.clip(min_val, max_val)
     def erf(self) -> "Tensor":
         """Error function: x*E(x*x) for |x| < 1 (relative accuracy near 0, -0 stays -0), else
         1 - e**(-x*x) * erfcx(|x|) with erfcx by a polynomial in |x| - 1.5 on [1, 2] and in 1/|x| on
-        [2, 6] (erf is 1 in float64 beyond 6)."""
+        [2, 6] (erf is 1 in float64 beyond 6).
+
+        >>> Tensor([0.0, 1.0]).erf().numpy().round(4)
+        array([0.    , 0.8427], dtype=float32)
+        """
         x = self._widened()
         negative, magnitude = x._signbit(), x.abs()
         small, middle = magnitude < 1, magnitude < 2
@@ -1276,20 +2042,53 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return small.where(series, negative.where(-large, large)).cast(x._narrow_dtype(self))
     def gelu(self, approximate: str = "tanh") -> "Tensor":
         """GELU. ``approximate="tanh"`` (tinygrad's default) is the tanh formula; ``"none"`` is the exact
-        ``x * Phi(x)`` through erf."""
+        ``x * Phi(x)`` through erf.
+
+        >>> Tensor([-1.0, 1.0]).gelu().numpy().round(4)
+        array([-0.1588,  0.8412], dtype=float32)
+        """
         # 0.5*(1 + tanh u) = sigmoid(2u): no cancellation for negative x (1 + tanh u rounds to 0 there)
         if approximate == "tanh":
             x = self._widened()
             return (x * (2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)).sigmoid()).cast(x._narrow_dtype(self))
         if approximate == "none": return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
-        raise ValueError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
-    def quick_gelu(self) -> "Tensor": return self * (self * 1.702).sigmoid()
-    def leaky_relu(self, neg_slope: float = 0.01) -> "Tensor": return (self < 0).where(neg_slope * self, self)
-    def leakyrelu(self, neg_slope: float = 0.01) -> "Tensor": return self.leaky_relu(neg_slope)
-    def mish(self) -> "Tensor": return self * self.softplus().tanh()
+        raise RuntimeError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
+    def quick_gelu(self) -> "Tensor":
+        """x * sigmoid(1.702 x), a fast GELU approximation.
+
+        >>> Tensor([-1.0, 1.0]).quick_gelu().numpy().round(4)
+        array([-0.1542,  0.8458], dtype=float32)
+        """
+        return self * (self * 1.702).sigmoid()
+    def leaky_relu(self, neg_slope: float = 0.01) -> "Tensor":
+        """x for x > 0, else ``neg_slope * x``.
+
+        >>> Tensor([-1.0, 2.0]).leaky_relu(0.1).numpy().round(4)
+        array([-0.1,  2. ], dtype=float32)
+        """
+        return (self < 0).where(neg_slope * self, self)
+    def leakyrelu(self, neg_slope: float = 0.01) -> "Tensor":
+        """Alias of ``leaky_relu``.
+
+        >>> Tensor([-1.0, 2.0]).leakyrelu(0.1).numpy().round(4)
+        array([-0.1,  2. ], dtype=float32)
+        """
+        return self.leaky_relu(neg_slope)
+    def mish(self) -> "Tensor":
+        """x * tanh(softplus(x)); float16/bfloat16 compute in float32 and round once.
+
+        >>> Tensor([0.0, 1.0]).mish().numpy().round(4)
+        array([0.    , 0.8651], dtype=float32)
+        """
+        x = self._widened()
+        return (x * x.softplus().tanh()).cast(x._narrow_dtype(self))
     def softplus(self, beta: float = 1.0) -> "Tensor":
         """log(1 + e**(beta x)) / beta: max(bx, 0) + log1p(e**-|bx|), so large x gives x and very
-        negative x gives e**(bx) (not 0)."""
+        negative x gives e**(bx) (not 0).
+
+        >>> Tensor([0.0]).softplus().numpy().round(4)
+        array([0.6931], dtype=float32)
+        """
         x = self._widened()
         bx = x * beta
         return ((bx.maximum(0) + (-bx.abs()).exp()._log1p()) * (1 / beta)).cast(x._narrow_dtype(self))
@@ -1299,21 +2098,46 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         u = self + 1
         exact = u == 1
         return exact.where(self, u.log() * self / exact.where(1, u - 1))
-    def softsign(self) -> "Tensor": return self / (1 + self.abs())
+    def softsign(self) -> "Tensor":
+        """x / (1 + |x|).
+
+        >>> Tensor([-1.0, 3.0]).softsign().tolist()
+        [-0.5, 0.75]
+        """
+        return self / (1 + self.abs())
 
     # ---------------------------------------------------------------- binary math
     def add(self, x: Any, reverse: bool = False) -> "Tensor":
-        """x + y with broadcasting and dtype promotion."""
+        """x + y with broadcasting and dtype promotion.
+
+        >>> Tensor([1, 2]).add(10).tolist()
+        [11, 12]
+        """
         return self._binary(Ops.ADD, x, reverse)
     def sub(self, x: Any, reverse: bool = False) -> "Tensor":
+        """Elementwise difference (``self - x``), broadcasting.
+
+        >>> Tensor([5, 6]).sub(1).tolist()
+        [4, 5]
+        """
         a, b = self._broadcasted(x, reverse)
         return a + (-b if b.dtype != dtypes.bool else b.neg())
-    def mul(self, x: Any, reverse: bool = False) -> "Tensor": return self._binary(Ops.MUL, x, reverse)
+    def mul(self, x: Any, reverse: bool = False) -> "Tensor":
+        """Elementwise product (``self * x``), broadcasting.
+
+        >>> Tensor([1, 2]).mul(3).tolist()
+        [3, 6]
+        """
+        return self._binary(Ops.MUL, x, reverse)
     def div(self, x: Any, reverse: bool = False, rounding_mode: str | None = None) -> "Tensor":
-        """True division (ints become floats); ``rounding_mode`` "trunc" or "floor"."""
+        """True division (ints become floats); ``rounding_mode`` "trunc" or "floor".
+
+        >>> Tensor([7.0, 1.0]).div(2).tolist()
+        [3.5, 0.5]
+        """
         a, b = self._broadcasted(x, reverse)
         if rounding_mode is not None:
-            if rounding_mode not in ("trunc", "floor"): raise ValueError(f"rounding_mode must be 'trunc' or 'floor', got {rounding_mode!r}")
+            if rounding_mode not in ("trunc", "floor"): raise RuntimeError(f"rounding_mode must be 'trunc' or 'floor', got {rounding_mode!r}")
             if dtypes.is_int(a.dtype):
                 if rounding_mode == "trunc": return a._apply(Ops.IDIV, b)
                 return a._floordiv_int(b)
@@ -1327,24 +2151,43 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         adjust = (self._apply(Ops.MOD, b).ne(0)) & ((self < 0).ne(b < 0))
         return adjust.where(q - 1, q)
     def idiv(self, x: Any, reverse: bool = False) -> "Tensor":
-        """Integer division truncating toward zero (C semantics)."""
+        """Integer division truncating toward zero (C semantics).
+
+        >>> Tensor([7, -7]).idiv(2).tolist()
+        [3, -3]
+        """
         a, b = self._broadcasted(x, reverse)
         if not dtypes.is_int(a.dtype): raise TypeError(f"idiv needs integer tensors, got {a.dtype}")
         return a._apply(Ops.IDIV, b)
     def mod(self, x: Any, reverse: bool = False) -> "Tensor":
-        """Python-style remainder (the sign of the divisor), like torch.remainder."""
+        """Python-style remainder (the sign of the divisor), like torch.remainder.
+
+        >>> Tensor([-7, 7]).mod(3).tolist()
+        [2, 1]
+        """
         a, b = self._broadcasted(x, reverse)
         if dtypes.is_int(a.dtype):
             r = a._apply(Ops.MOD, b)
             return (r.ne(0) & ((r < 0).ne(b < 0))).where(r + b, r)
         return a - b * a.div(b, rounding_mode="floor")
     def fmod(self, x: Any) -> "Tensor":
-        """C-style remainder (the sign of the dividend), like torch.fmod."""
+        """C-style remainder (the sign of the dividend), like torch.fmod.
+
+        >>> Tensor([-7, 7]).fmod(3).tolist()
+        [-1, 1]
+        """
         a, b = self._broadcasted(x)
         if dtypes.is_int(a.dtype): return a._apply(Ops.MOD, b)
         return a - b * a.div(b, rounding_mode="trunc")
     def pow(self, x: Any, reverse: bool = False) -> "Tensor":
-        """x ** y. Small integer exponents multiply; otherwise exp2(y * log2|x|) with the sign fixed."""
+        """x ** y. Small integer exponents multiply; otherwise exp2(y * log2|x|) with the sign fixed.
+
+        >>> Tensor([2.0, 3.0]).pow(2).tolist()
+        [4.0, 9.0]
+        """
+        if isinstance(x, int) and not isinstance(x, bool) and x < 0 and not dtypes.is_float(self.dtype):
+            # tinygrad's rule: an int result with a negative Python int exponent (or base) would be 1/n, not an int
+            raise RuntimeError(f"the base needs to be float for a negative int constant ({x}), got a {self.dtype} tensor; cast it first")
         if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool):
             if x == 0: return self.isfinite().where(self * 0, 0) + 1 if dtypes.is_float(self.dtype) else self._const(1)   # 1 for nan/inf too
             if x in (1, 2, 3): return functools.reduce(lambda a, _: a * self, range(int(x) - 1), self)
@@ -1361,7 +2204,8 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         # negative base with a finite non-integer exponent is nan; x**0, 1**y and (-1)**+-inf are 1
         result = (base._signbit() & is_odd_int).where(-magnitude, magnitude)
         result = ((base < 0) & (base > -math.inf) & is_int.logical_not() & exponent.isfinite()).where(math.nan, result)
-        one = (exponent == 0) | (base == 1) | ((base == -1) & exponent.isinf())
+        # base 1 with a finite exponent already gives exactly 1 with its gradient: only the nan/inf exponents are overridden
+        one = (exponent == 0) | ((base == 1) & exponent.isfinite().logical_not()) | ((base == -1) & exponent.isinf())
         return one.where(1.0, result)
     def _int_pow(self, exponent: "Tensor") -> "Tensor":
         result, base, e = self._const(1), self, exponent
@@ -1370,14 +2214,28 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             base, e = base * base, e.idiv(2)
         return (exponent < 0).where(0, result)
     def maximum(self, x: Any) -> "Tensor":
-        """Elementwise max (nan if either is nan)."""
+        """Elementwise max (nan if either is nan).
+
+        >>> Tensor([1, 5]).maximum(Tensor([3, 2])).tolist()
+        [3, 5]
+        """
         return self._binary(Ops.MAX, x)
     def minimum(self, x: Any) -> "Tensor":
+        """Elementwise minimum of two tensors (broadcasting).
+
+        >>> Tensor([1, 5]).minimum(Tensor([3, 2])).tolist()
+        [1, 2]
+        """
         a, b = self._broadcasted(x)
         return a._inverse().maximum(b._inverse())._inverse()
     def where(self, x: Any, y: Any) -> "Tensor":
-        """``cond.where(a, b)``: a where cond is true, else b."""
-        cond = self if self.dtype == dtypes.bool else self.cast(dtypes.bool)
+        """``cond.where(a, b)``: a where cond is true, else b.
+
+        >>> Tensor([True, False]).where(1, 2).tolist()
+        [1, 2]
+        """
+        if self.dtype != dtypes.bool: raise RuntimeError(f"where needs a bool condition, got {self.dtype}")
+        cond = self
         if not isinstance(x, Tensor) and not isinstance(y, Tensor):
             x, y = cond._to_tensor(x), cond._to_tensor(y)
         elif not isinstance(x, Tensor): x = y._to_tensor(x)
@@ -1386,40 +2244,109 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         shape = _broadcast_shape(cond.shape, x.shape)
         return cond._broadcast_to(shape)._apply(Ops.WHERE, x._broadcast_to(shape), y._broadcast_to(shape), dtype=x.dtype)
     def copysign(self, other: Any) -> "Tensor":
+        """The magnitude of this tensor with the sign of ``other``.
+
+        >>> Tensor([1.0, 2.0]).copysign(Tensor([-1.0, 1.0])).tolist()
+        [-1.0, 2.0]
+        """
         other = other if isinstance(other, Tensor) else self._to_tensor(other)
         negative = (other < 0) | ((other == 0) & ((1 / other.cast(least_upper_float(other.dtype))) < 0))
         return negative.where(-self.abs(), self.abs())
     def logaddexp(self, other: Any) -> "Tensor":
+        """log(exp(self) + exp(other)), computed stably.
+
+        >>> Tensor([0.0]).logaddexp(Tensor([0.0])).numpy().round(4)
+        array([0.6931], dtype=float32)
+        """
         m = self.maximum(other)
         return m + ((self - m).exp() + (other - m).exp()).log()
-    def bitwise_and(self, x: Any, reverse: bool = False) -> "Tensor": return self._bitwise(Ops.AND, x, reverse)
-    def bitwise_or(self, x: Any, reverse: bool = False) -> "Tensor": return self._bitwise(Ops.OR, x, reverse)
-    def bitwise_xor(self, x: Any, reverse: bool = False) -> "Tensor": return self._bitwise(Ops.XOR, x, reverse)
+    def bitwise_and(self, x: Any, reverse: bool = False) -> "Tensor":
+        """Elementwise bitwise AND of integer or bool tensors.
+
+        >>> Tensor([12]).bitwise_and(10).tolist()
+        [8]
+        """
+        return self._bitwise(Ops.AND, x, reverse)
+    def bitwise_or(self, x: Any, reverse: bool = False) -> "Tensor":
+        """Elementwise bitwise OR of integer or bool tensors.
+
+        >>> Tensor([12]).bitwise_or(3).tolist()
+        [15]
+        """
+        return self._bitwise(Ops.OR, x, reverse)
+    def bitwise_xor(self, x: Any, reverse: bool = False) -> "Tensor":
+        """Elementwise bitwise XOR of integer or bool tensors.
+
+        >>> Tensor([12]).bitwise_xor(10).tolist()
+        [6]
+        """
+        return self._bitwise(Ops.XOR, x, reverse)
     def _bitwise(self, op: Ops, x: Any, reverse: bool = False) -> "Tensor":
         a, b = self._broadcasted(x, reverse)
-        if not (dtypes.is_int(a.dtype) or a.dtype == dtypes.bool): raise TypeError(f"bitwise ops need int or bool tensors, got {a.dtype}")
+        if not (dtypes.is_int(a.dtype) or a.dtype == dtypes.bool): raise RuntimeError(f"bitwise ops need int or bool tensors, got {a.dtype}")
         return a._apply(op, b)
     def bitwise_not(self) -> "Tensor":
+        """Elementwise bitwise NOT (logical not for bool).
+
+        >>> Tensor([0, 5]).bitwise_not().tolist()
+        [-1, -6]
+        """
         if self.dtype == dtypes.bool: return self.logical_not()
-        if not dtypes.is_int(self.dtype): raise TypeError(f"bitwise_not needs an int or bool tensor, got {self.dtype}")
+        if not dtypes.is_int(self.dtype): raise RuntimeError(f"bitwise_not needs an int or bool tensor, got {self.dtype}")
         return self ^ -1 if not dtypes.is_unsigned(self.dtype) else self ^ dtypes.max(self.dtype)
     def lshift(self, x: Any, reverse: bool = False) -> "Tensor":
-        """``self << x``; with ``reverse``, ``x << self``."""
-        if not dtypes.is_int(self.dtype): raise TypeError(f"<< needs an int tensor, got {self.dtype}")
+        """``self << x``; with ``reverse``, ``x << self``.
+
+        >>> Tensor([1, 3]).lshift(2).tolist()
+        [4, 12]
+        """
+        self._check_shift("<<", x)
         return self._binary(Ops.SHL, x, reverse)
     def rshift(self, x: Any, reverse: bool = False) -> "Tensor":
-        """``self >> x``; with ``reverse``, ``x >> self``."""
-        if not dtypes.is_int(self.dtype): raise TypeError(f">> needs an int tensor, got {self.dtype}")
+        """``self >> x``; with ``reverse``, ``x >> self``.
+
+        >>> Tensor([8, 12]).rshift(2).tolist()
+        [2, 3]
+        """
+        self._check_shift(">>", x)
         return self._binary(Ops.SHR, x, reverse)
-    def ne(self, x: Any) -> "Tensor": return self._compare(Ops.CMPNE, x)
-    def eq(self, x: Any) -> "Tensor": return self._compare(Ops.CMPEQ, x)
+    def _check_shift(self, op: str, x: Any) -> None:
+        """Shifts take ints on both sides (RuntimeError, like tinygrad's)."""
+        shift_dtype = x.dtype if isinstance(x, Tensor) else dtypes.from_py(x) if isinstance(x, (bool, int, float)) else None
+        for dtype in (self.dtype, shift_dtype):
+            if dtype is not None and not dtypes.is_int(dtype): raise RuntimeError(f"{op} needs int operands, got {self.dtype} and {shift_dtype}")
+    def ne(self, x: Any) -> "Tensor":
+        """Elementwise ``!=`` (returns bool).
+
+        >>> Tensor([1, 2]).ne(Tensor([1, 3])).tolist()
+        [False, True]
+        """
+        return self._compare(Ops.CMPNE, x)
+    def eq(self, x: Any) -> "Tensor":
+        """Elementwise ``==`` (returns bool).
+
+        >>> Tensor([1, 2]).eq(Tensor([1, 3])).tolist()
+        [True, False]
+        """
+        return self._compare(Ops.CMPEQ, x)
     def isclose(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> "Tensor":
-        close = (self == other) | ((self - other).abs() <= atol + rtol * (other.abs() if isinstance(other, Tensor) else abs(other)))
+        """Elementwise ``|self - other| <= atol + rtol * |other|`` (NaNs equal only with ``equal_nan``).
+
+        >>> Tensor([1.0, 2.0]).isclose(Tensor([1.0, 2.1])).tolist()
+        [True, False]
+        """
+        difference = self - other   # an infinite or nan difference is close only if the values are equal (inf == inf)
+        tolerance = atol + rtol * (other.abs() if isinstance(other, Tensor) else abs(other))
+        close = (self == other) | ((difference.abs() <= tolerance) & difference.isfinite())
         if equal_nan: close = close | (self.isnan() & (other.isnan() if isinstance(other, Tensor) else (other != other)))
         return close
     def allclose(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> "Tensor":
         """A 0-d bool tensor: are all elements close (``isclose``)? Lazy like tinygrad's; ``bool()`` or
-        ``.item()`` of it gives the Python answer."""
+        ``.item()`` of it gives the Python answer.
+
+        >>> Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.0 + 1e-9])).item()
+        True
+        """
         return self.isclose(other, rtol, atol, equal_nan).all()
 
     # ---------------------------------------------------------------- operators
@@ -1469,7 +2396,11 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
 
     # ---------------------------------------------------------------- linear algebra
     def dot(self, w: "Tensor", acc_dtype: DType | None = None, dtype: DType | None = None) -> "Tensor":
-        """Matrix product with numpy broadcasting rules for batches: ``a.dot(b)`` / ``a @ b``."""
+        """Matrix product with numpy broadcasting rules for batches: ``a.dot(b)`` / ``a @ b``.
+
+        >>> Tensor([[1, 2], [3, 4]]).dot(Tensor([1, 1])).tolist()
+        [3, 7]
+        """
         x = self
         if x.ndim == 0 or w.ndim == 0: raise RuntimeError(f"matmul needs at least 1-d tensors, got shapes {x.shape} and {w.shape}")
         contract_x, contract_w = x.shape[-1], w.shape[-min(w.ndim, 2)]
@@ -1478,29 +2409,50 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         w = w.reshape(*w.shape[:-2], *[1] * min(x.ndim - 1, w.ndim - 1, 1), *w.shape[-min(w.ndim, 2):]).transpose(-1, -min(w.ndim, 2))
         return (x * w).sum(-1, acc_dtype=acc_dtype, dtype=dtype).cast(least_upper_dtype(x.dtype, w.dtype) if dtype is None else dtype)
     def matmul(self, x: "Tensor", reverse: bool = False, acc_dtype: DType | None = None, dtype: DType | None = None) -> "Tensor":
+        """Matrix product with broadcasting over batch dims (``self @ x``).
+
+        >>> Tensor([[1, 2], [3, 4]]).matmul(Tensor([[1], [1]])).tolist()
+        [[3], [7]]
+        """
         return x.dot(self, acc_dtype=acc_dtype, dtype=dtype) if reverse else self.dot(x, acc_dtype=acc_dtype, dtype=dtype)
 
     # ---------------------------------------------------------------- tinygrad 0.14 API additions
     def empty_like(self, dtype: DType | str | None = None, device: str | tuple | None = None, **kwargs) -> "Tensor":
-        """An uninitialized tensor of ``self``'s shape (and dtype/device unless given)."""
+        """An uninitialized tensor of ``self``'s shape (and dtype/device unless given).
+
+        >>> Tensor.empty_like(Tensor([[1, 2]])).shape
+        (1, 2)
+        """
         dtype = to_dtype(dtype) if dtype is not None else dtypes.concrete(self.dtype)
         device = self.device if device is None else device
         # a multi-device empty has no buffer of its own to leave uninitialized: zeros are a valid "empty"
         if isinstance(device, tuple): return Tensor.full(self.shape, 0, dtype=dtype, device=device, **kwargs)
         return Tensor.empty(*self.shape, dtype=dtype, device=device, **kwargs)
     def const_like(self, value: ConstType, dtype: DType | str | None = None) -> "Tensor":
-        """A constant tensor of ``self``'s shape and device, in ``self``'s dtype unless ``dtype`` is given."""
+        """A constant tensor of ``self``'s shape and device, in ``self``'s dtype unless ``dtype`` is given.
+
+        >>> Tensor([1, 2]).const_like(7).tolist()
+        [7, 7]
+        """
         return Tensor.full(self.shape, value, dtype=to_dtype(dtype) if dtype is not None else self.dtype, device=self.device)
     def _target_shape(self, shape: Any, args: tuple, name: str) -> tuple:
         target = argfix(shape, *args)
         if len(target) != self.ndim: raise ValueError(f"{name}: shape {target} has {len(target)} dims, the tensor has {self.ndim} ({self.shape})")
         return target
     def shrink_to(self, shape: Any, *args: Any) -> "Tensor":
-        """Keep the first ``shape[i]`` entries of each dim (None keeps a dim whole): ``t.shrink_to(2, None)``."""
+        """Keep the first ``shape[i]`` entries of each dim (None keeps a dim whole): ``t.shrink_to(2, None)``.
+
+        >>> Tensor([[1, 2, 3], [4, 5, 6]]).shrink_to(1, 2).tolist()
+        [[1, 2]]
+        """
         target = self._target_shape(shape, args, "shrink_to")
         return self.shrink(tuple(None if size is None else (0, size) for size in target))
     def pad_to(self, shape: Any, *args: Any, value: ConstType = 0) -> "Tensor":
-        """Pad at the end of each dim up to ``shape`` (None keeps a dim) with ``value``: ``t.pad_to(4, None)``."""
+        """Pad at the end of each dim up to ``shape`` (None keeps a dim) with ``value``: ``t.pad_to(4, None)``.
+
+        >>> Tensor([1, 2]).pad_to(4).tolist()
+        [1, 2, 0, 0]
+        """
         target = self._target_shape(shape, args, "pad_to")
         for have, want in zip(self.shape, target):
             if want is not None and resolve(want < have): raise ValueError(f"pad_to: target shape {target} is smaller than {self.shape}")
@@ -1508,17 +2460,29 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return self if all(p is None or p == (0, 0) for p in padding) else self.pad(padding, value=value)
     def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> "Tensor":
         """Divide by the Lp norm along ``dim``, at least ``eps`` (``torch.nn.functional.normalize``). ``p=0``
-        counts the non-zero entries; ``p=inf`` is the largest absolute value."""
+        counts the non-zero entries; ``p=inf`` is the largest absolute value.
+
+        >>> Tensor([[3.0, 4.0]]).normalize(dim=1).numpy().round(4)
+        array([[0.6, 0.8]], dtype=float32)
+        """
         if p == 0: norm = (self != 0).sum(dim, keepdim=True).cast(least_upper_float(self.dtype))
         elif p == math.inf: norm = self.abs().max(dim, keepdim=True)
         else: norm = self.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
         return self / norm.maximum(eps)
     def softmin(self, axis: int = -1, dtype: DType | None = None) -> "Tensor":
-        """``softmax(-x)``: weights that favour the smallest entries."""
+        """``softmax(-x)``: weights that favour the smallest entries.
+
+        >>> Tensor([0.0, 0.0]).softmin().tolist()
+        [0.5, 0.5]
+        """
         return (-self).softmax(axis, dtype)
     def newton_schulz(self, steps: int, params: tuple, eps: float = 1.0e-7) -> "Tensor":
         """Approximately orthogonalize the last two dims with ``steps`` iterations of the odd polynomial
-        ``sum_i params[i] * (G G^T)^i G``, after scaling G to unit Frobenius norm (Muon's update)."""
+        ``sum_i params[i] * (G G^T)^i G``, after scaling G to unit Frobenius norm (Muon's update).
+
+        >>> Tensor.manual_seed(0); Tensor.randn(3, 3).newton_schulz(5, (3.4445, -4.775, 2.0315)).shape
+        (3, 3)
+        """
         if self.ndim < 2: raise ValueError(f"newton_schulz needs at least a 2-d tensor, got shape {self.shape}")
         if not params: raise ValueError("newton_schulz needs at least one polynomial coefficient")
         # work on the wide orientation so the Gram matrix G G^T is the small one
@@ -1532,6 +2496,20 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
                 total = total + coefficient * term
             g = total
         return g
+
+def _symbolic_scalar(value: UOp, dtype: DType | None, device: str | None) -> UOp:
+    """``Tensor(v)``, ``Tensor(v * 4)``: a 0-d tensor holding the value of bound Variables, weak int
+    unless ``dtype`` is given. Every Variable in it must be bound: the value is read when it runs."""
+    bound = {b.src[0] for b in value.toposort if b.op is Ops.BIND}
+    if (unbound := [v.arg[0] for v in value.toposort if v.op is Ops.DEFINE_VAR and v not in bound]):
+        raise RuntimeError(f"unbound Variable {unbound[0]!r} used as a tensor value: bind it first (Variable(...).bind(value))")
+    return UOp.const(dtypes.weakint, value, device, ()).cast(dtype or dtypes.weakint)
+
+def _holds(small: Any, large: Any) -> bool:
+    """``small <= large`` for sizes that may be symbolic: decided from the variables' bounds, and
+    assumed to hold when the bounds can't decide it (tinygrad's rule for shape checks)."""
+    if isinstance(small, int) and isinstance(large, int): return small <= large
+    return resolve(sint_to_uop(large - small) >= 0, True)
 
 def _bound_value(size: UOp) -> int:
     """The current value of a size made of bound variables."""
@@ -1616,6 +2594,44 @@ def _bits_to_unit_interval(bits: Tensor, count: int, dtype: DType) -> Tensor:
     words = _uint32_words_as(bits, unsigned)
     return ((words >> (8 * dtype.itemsize - mantissa)) | one_bits).bitcast(dtype)[:count] - 1
 
+def _is_reshaped_buffer(u: UOp) -> bool:
+    """Is ``u`` a BUFFER or only RESHAPEs of one (the way a tensor holds a whole buffer)?"""
+    while u.op is Ops.RESHAPE: u = u.src[0]
+    return u.op is Ops.BUFFER
+
+def _holder_reached(node: UOp, holders: set[UOp]) -> UOp | None:
+    """The first of ``holders`` that ``node``'s graph reads other than through a DETACH."""
+    stack, seen = [node], set()
+    while stack:
+        if (u := stack.pop()) in seen: continue
+        seen.add(u)
+        if u in holders: return u
+        if u.op is not Ops.DETACH: stack.extend(u.src)
+    return None
+
+def _rebase_on_holder(view: UOp, holder: UOp) -> UOp:
+    """``view`` (movement ops over the buffer ``holder`` reshapes) with its whole-buffer part read through ``holder``."""
+    if _is_reshaped_buffer(view): return view if view is holder else holder.reshape(view.shape)
+    return view.replace(src=(_rebase_on_holder(view.src[0], holder),) + view.src[1:])
+
+def _keep_tensor_views(becomes: dict[UOp, UOp], tensor_uops: list[UOp]) -> dict[UOp, UOp]:
+    """``becomes`` with the graphs that simplified to a view of an existing buffer held by a live
+    tensor (``x.reshape(6) * 1`` is x's own buffer) reading it through that tensor's uop.
+
+    Why: a tensor that isn't the bare BUFFER (a BUFFER is flat, so 0-d and n-d tensors hold it
+    through a RESHAPE) would otherwise lose its place in every graph realized to its buffer, and
+    with it the gradient through those graphs: autograd keys leaves by node."""
+    holders: dict[UOp, set[UOp]] = {}    # BUFFER -> the live tensors' reshapes of it
+    for u in tensor_uops:
+        if u.op is Ops.RESHAPE and _is_reshaped_buffer(u): holders.setdefault(u.base, set()).add(u)
+    kept = dict(becomes)
+    for node, new in becomes.items():
+        if node.op is Ops.ASSIGN or new.base not in holders or new in holders[new.base]: continue
+        if not all(v.op in GroupOp.Movement or v is new.base for v in new.toposort): continue
+        # the holder the graph read (not through a DETACH: then the value carries no gradient)
+        if (holder := _holder_reached(node, holders[new.base])) is not None: kept[node] = _rebase_on_holder(new, holder)
+    return kept
+
 def _apply_becomes(becomes: dict[UOp, UOp]) -> list[UOp]:
     """After scheduling, point every live tensor at the buffers (or constants) its graph became.
 
@@ -1628,6 +2644,7 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> list[UOp]:
     if not becomes: return []
     tensors = list(all_tensors)
     old_uops = [t.uop for t in tensors]
+    becomes = _keep_tensor_views(becomes, old_uops)
     for t in tensors:
         u = t.uop
         if u in becomes: t.uop = becomes[u]

@@ -1,13 +1,23 @@
 #!/bin/sh
-# System packages fusegrad needs: a C compiler for the CPU device. Safe to run more than once.
+# System packages fusegrad needs: a C compiler for the CPU device, and (for the test suite's VIZ page test)
+# Debian's headless-capable Chromium. Safe to run more than once.
 set -e
-if command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || command -v clang >/dev/null 2>&1; then
-  exit 0
+need=""
+if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1 && ! command -v clang >/dev/null 2>&1; then
+  need="gcc libc6-dev"
 fi
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+  need="$need chromium"
+fi
+# OpenMPI for fusegrad.distributed (mpirun; mpicc and the headers come with libopenmpi-dev, mpi4py builds on them)
+if ! command -v mpirun >/dev/null 2>&1 || ! command -v mpicc >/dev/null 2>&1; then
+  need="$need openmpi-bin libopenmpi-dev"
+fi
+[ -z "$need" ] && exit 0
 if command -v apt-get >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -q && $SUDO apt-get install -y -q gcc libc6-dev
+  $SUDO apt-get update -q && $SUDO apt-get install -y -q $need
 else
-  echo "fusegrad needs a C compiler (gcc or clang) for the CPU device; please install one" >&2
+  echo "fusegrad needs a C compiler (gcc or clang) for the CPU device, and Chromium for the VIZ page test; please install: $need" >&2
   exit 1
 fi

@@ -8,7 +8,8 @@ settings.register_profile("fusegrad", max_examples=int(os.environ.get("HYPOTHESI
                           derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.load_profile("fusegrad")
 
-DEVICES = ("CPU", "PYTHON")
+# DEV=LLVM (or any backend) runs the device-parametrized tests on that backend alone; by default on CPU and PYTHON
+DEVICES = (os.environ["DEV"].upper().replace("CPU:LLVM", "LLVM"),) if os.environ.get("DEV") else ("CPU", "PYTHON")
 
 @pytest.fixture(params=DEVICES)
 def device(request) -> str:

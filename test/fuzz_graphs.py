@@ -6,8 +6,8 @@ evaluated with ``eval``, so the reproducer printed for a failing seed is exactly
 
 Where fusegrad differs from torch by design (it follows tinygrad), the torch expression states the
 mapping explicitly, so it shows up in the reproducer:
-- integer and bool ``sum``/``prod``/``cumsum`` and ``argmax``/``argmin`` give int32 (torch: int64):
-  the torch side ends with ``.to(torch.int32)``;
+- integer and bool ``sum``/``cumsum``, int32 ``prod`` and ``argmax``/``argmin`` give int32 (torch: int64):
+  the torch side ends with ``.to(torch.int32)``; a bool ``prod`` is bool (tinygrad: all()), ``.to(torch.bool)``;
 - ``mean`` of an int or bool tensor gives float32 (torch refuses): torch casts to float32 first;
 - ``argmax()`` without an axis returns a 0-d index even with ``keepdim=True`` (torch keeps the
   dims): keepdim is only generated together with an axis;
@@ -92,7 +92,7 @@ class FuzzGraph:
 
     def run_fusegrad(self) -> list[Tensor]:
         """All values of the graph as (lazy) fusegrad Tensors; float inputs require grad."""
-        namespace: dict = {"Tensor": Tensor, "dtypes": dtypes}
+        namespace: dict = {"Tensor": Tensor, "dtypes": dtypes, "np": np, "setitem_copy": setitem_copy}
         values = [Tensor(a, device=self.device, dtype=FUSEGRAD_DTYPES[x.dtype], requires_grad=is_float(x.dtype))
                   for a, x in zip(self.arrays(), self.inputs)]
         for step in self.steps: values.append(_evaluate(step.fusegrad, namespace, values, self.device))
@@ -109,7 +109,7 @@ class FuzzGraph:
         lines = [f"# fuzz graph seed={self.seed} device={self.device} outputs={['v%d' % o for o in self.outputs]}"
                  f"{' (outputs realized before backward)' if self.realize_before_backward else ''}",
                  "import numpy as np, torch; import torch.nn.functional as F",
-                 "from fusegrad import Tensor, dtypes; from fuzz_graphs import input_array", f"DEVICE = {self.device!r}"]
+                 "from fusegrad import Tensor, dtypes; from fuzz_graphs import input_array, setitem_copy", f"DEVICE = {self.device!r}"]
         for i, x in enumerate(self.inputs):
             data = f"input_array({self.seed}, {i}, {x.shape}, {x.dtype!r})"
             lines.append(f"v{i} = Tensor({data}, device={self.device!r}, dtype=dtypes.{x.dtype}, requires_grad={is_float(x.dtype)})"
@@ -118,7 +118,14 @@ class FuzzGraph:
             lines.append(f"v{n} = {step.fusegrad}" + (f"   # torch: {step.torch}" if step.torch != step.fusegrad else ""))
         return "\n".join(lines)
 
-TORCH_NAMESPACE = {"torch": torch, "F": F}
+def setitem_copy(target, index, value):
+    """A copy of ``target`` (fusegrad or torch) with ``copy[index] = value``: setitem as an expression. The copy
+    is a clone, so ``target`` keeps its values (later steps may read both)."""
+    out = target.clone()
+    out[index] = value
+    return out
+
+TORCH_NAMESPACE = {"torch": torch, "F": F, "np": np, "setitem_copy": setitem_copy}
 
 def _evaluate(expression: str, namespace: dict, values: list, device: str | None = None):
     scope = dict(namespace, **{f"v{i}": v for i, v in enumerate(values)})
@@ -269,8 +276,8 @@ class GraphBuilder:
             self.add_input(other_shape, str(other))
         families = [self.unary, self.binary, self.compare, self.where, self.cast, self.reshape, self.permute, self.expand,
                     self.pad, self.shrink, self.flip, self.getitem, self.cat, self.reduce, self.softmax, self.argmax,
-                    self.cumsum, self.gather, self.contiguous]
-        weights = np.array([6, 4, 1.5, 1, 1, 1.5, 1, 1, 1, 1, 1, 2, 1, 3, 0.7, 0.7, 0.7, 0.7, 0.3])
+                    self.cumsum, self.gather, self.contiguous, self.matmul, self.conv2d, self.scatter, self.setitem]
+        weights = np.array([6, 4, 1.5, 1, 1, 1.5, 1, 1, 1, 1, 1, 2, 1, 3, 0.7, 0.7, 0.7, 0.7, 0.3, 1.2, 0.8, 0.7, 1])
         attempts = 0
         while len(self.steps) < self.max_steps and attempts < 20 * self.max_steps:
             attempts += 1
@@ -551,8 +558,9 @@ class GraphBuilder:
         if keepdim and axes is None and op in ("prod", "any", "all"): return   # torch needs a dim for keepdim there
         torch_op = {"max": "amax", "min": "amin"}.get(op, op)
         source = f"v{x}.to(torch.float32)" if op == "mean" and not is_float(name) else f"v{x}"
-        widened = op in ("sum", "prod") and not is_float(name)    # torch: int64, fusegrad: int32
-        self.try_step(op, f"v{x}.{op}({arguments})", f"{source}.{torch_op}({torch_arguments})" + (".to(torch.int32)" if widened else ""))
+        # torch: int64; fusegrad (tinygrad): int32 for sum, the input's dtype for prod (a bool product is all())
+        narrowed = f".to(torch.{'bool' if op == 'prod' and name == 'bool' else 'int32'})" if op in ("sum", "prod") and not is_float(name) else ""
+        self.try_step(op, f"v{x}.{op}({arguments})", f"{source}.{torch_op}({torch_arguments})" + narrowed)
 
     def softmax(self) -> None:
         x = self.pick(lambda i: is_float(self.name(i)) and len(self.shape(i)) >= 1)
@@ -598,6 +606,92 @@ class GraphBuilder:
     def contiguous(self) -> None:
         x = self.pick()
         if x is not None: self.try_step("contiguous", f"v{x}.contiguous()")
+
+    def _literal(self, shape: tuple[int, ...]) -> list:
+        """Small float values with two decimals (exact in the reproducer) as a nested list."""
+        return (self.rng.integers(-150, 151, size=shape) / 100).tolist()
+
+    def matmul(self) -> None:
+        x = self.pick(lambda i: len(self.shape(i)) >= 1 and self.name(i) != "bool")
+        if x is None: return
+        shape, name = self.shape(x), self.name(x)
+        if self.rng.random() < 0.4 and len(shape) >= 2:   # with itself transposed: a gradient through both sides
+            self.try_step("matmul", f"v{x} @ v{x}.transpose(-1, -2)")
+            return
+        if self.rng.random() < 0.3 and (y := self.pick(lambda i: self.name(i) == name and len(self.shape(i)) >= 1
+                                                       and self.shape(i)[-2 if len(self.shape(i)) >= 2 else 0] == shape[-1])) is not None:
+            self.try_step("matmul", f"v{x}.matmul(v{y})", f"torch.matmul(v{x}, v{y})")
+            return
+        columns = int(self.rng.integers(1, 6))
+        weight_shape = (shape[-1], columns) if self.rng.random() < 0.8 else (shape[-1],)
+        weight = self._literal(weight_shape) if is_float(name) else self.rng.integers(-3, 4, size=weight_shape).tolist()
+        dtype = {"float32": "float32", "float16": "float16", "int32": "int32"}[name]
+        self.try_step("matmul", f"v{x} @ Tensor({weight}, dtype=dtypes.{dtype}, device=DEVICE)", f"v{x} @ torch.tensor({weight}, dtype=torch.{dtype})")
+
+    def conv2d(self) -> None:
+        x = self.pick(lambda i: len(self.shape(i)) >= 2 and self.name(i) == "float32" and 0 not in self.shape(i))
+        if x is None: return
+        # (N, C, H, W) as it is; (C, H, W) and (H, W) as a batch of one (with one channel)
+        shape = self.shape(x)
+        batched = f"v{x}" + {4: "", 3: ".unsqueeze(0)", 2: f".reshape(1, 1, {shape[-2]}, {shape[-1]})"}.get(len(shape), "X")
+        if len(shape) > 4: return
+        _, channels, height, width = (1,) * (4 - len(shape)) + shape
+        groups = int(self._choice([g for g in (1, 2, 3) if channels % g == 0]))
+        stride, dilation, padding = int(self._choice([1, 1, 2])), int(self._choice([1, 1, 2])), int(self._choice([0, 0, 1, 2]))
+        kernel = (int(self.rng.integers(1, 4)), int(self.rng.integers(1, 4)))
+        if any(dilation * (k - 1) + 1 > size + 2 * padding for k, size in zip(kernel, (height, width))): return
+        out_channels = groups * int(self.rng.integers(1, 3))
+        weight = self._literal((out_channels, channels // groups, *kernel))
+        arguments = f"groups={groups}, stride={stride}, dilation={dilation}, padding={padding}"
+        self.try_step("conv2d", f"{batched}.conv2d(Tensor({weight}, device=DEVICE), {arguments})",
+                      f"F.conv2d({batched}, torch.tensor({weight}), {arguments})")
+
+    def scatter(self) -> None:
+        x = self.pick(lambda i: len(self.shape(i)) >= 1 and 0 not in self.shape(i))
+        if x is None: return
+        shape = self.shape(x)
+        dim = int(self.rng.integers(len(shape)))
+        # a tensor source is shaped like the index (torch's backward can't take a bigger one)
+        source = self.pick(lambda i: self.name(i) == self.name(x) and len(self.shape(i)) == len(shape) and 0 not in self.shape(i)
+                           and all(a <= b for a, b in zip(self.shape(i), shape)))
+        if source is not None and self.rng.random() < 0.3: source = None
+        index_shape = self.shape(source) if source is not None else tuple(int(self.rng.integers(1, s + 1)) for s in shape)
+        # distinct targets along dim in every slice (torch leaves the winner of repeated indices unspecified)
+        index = np.moveaxis(np.stack([self.rng.permutation(shape[dim])[:index_shape[dim]]
+                                      for _ in range(math.prod(index_shape) // index_shape[dim])]).reshape(
+                                          *[s for d, s in enumerate(index_shape) if d != dim], index_shape[dim]), -1, dim)
+        fusegrad_index = f"Tensor({index.tolist()}, dtype=dtypes.int32, device=DEVICE)"
+        torch_index = f"torch.tensor({index.tolist()})"
+        if source is None:
+            value = "True" if self.name(x) == "bool" else self._scalar(self.name(x))
+            self.try_step("scatter", f"v{x}.scatter({dim}, {fusegrad_index}, {value})", f"v{x}.scatter({dim}, {torch_index}, {value})")
+        else:
+            self.try_step("scatter", f"v{x}.scatter({dim}, {fusegrad_index}, v{source})", f"v{x}.scatter({dim}, {torch_index}, v{source})")
+
+    def setitem(self) -> None:
+        x = self.pick(lambda i: len(self.shape(i)) >= 1)
+        if x is None: return
+        items, shape = [], self.shape(x)
+        for size in shape[:int(self.rng.integers(1, len(shape) + 1))]:
+            if size > 0 and self.rng.random() < 0.3: items.append(str(int(self.rng.integers(-size, size))))
+            else:   # a slice with a positive step (torch has no negative ones)
+                start, stop = sorted(int(v) for v in self.rng.integers(-size - 1, size + 2, size=2))
+                step = int(self._choice([1, 1, 2]))
+                items.append(f"{start}:{stop}" + (f":{step}" if step != 1 else ""))
+        index = f"np.s_[{', '.join(items)}]"
+        try: region = tuple(self.values[x][eval(index)].shape)
+        except (IndexError, RuntimeError, ValueError): return
+        name = self.name(x)
+        value = self.pick(lambda i: self.name(i) == name and i != x and len(self.shape(i)) <= len(region)
+                          and self._fits(self.shape(i), region))
+        right = f"v{value}" if value is not None and self.rng.random() < 0.7 else ("False" if name == "bool" else self._scalar(name))
+        self.try_step("setitem", f"setitem_copy(v{x}, {index}, {right})")
+
+    @staticmethod
+    def _fits(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+        """Does ``shape`` broadcast to ``target`` (without changing it)?"""
+        try: return tuple(torch.broadcast_shapes(shape, target)) == tuple(target)
+        except RuntimeError: return False
 
 def generate(seed: int, device: str = "CPU") -> FuzzGraph:
     """The graph of ``seed``: the same graph every time (it depends only on seed and device)."""

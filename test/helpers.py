@@ -19,6 +19,13 @@ def tolerance(dtype: DType) -> tuple[float, float]:
     if dtype == dtypes.float64: return 1e-9, 1e-10
     return 0.0, 0.0
 
+def native_device() -> str:
+    """The compiled backend that device-dependent tests run on: the one ``DEV`` names (``DEV=LLVM``), else CPU.
+    (PYTHON, the interpreter, is tested beside it; ``DEV=PYTHON`` leaves the compiled backend at CPU.)"""
+    import os
+    from fusegrad import Device
+    return Device.canonicalize(os.environ["DEV"]) if os.environ.get("DEV", "").upper() not in ("", "PYTHON") else "CPU"
+
 def np_dtype(dtype: DType):
     return to_np_dtype(dtype) if dtype.fmt is not None else np.float32
 

@@ -15,7 +15,7 @@ from fusegrad import Tensor, Device
 from fusegrad.uop.ops import Ops
 from fusegrad.engine.realize import lower_schedule_item
 from fuzz_graphs import FuzzGraph, UNARY_FLOAT, generate, dtype_name, is_float
-from helpers import run_kernel, random_action_list, searchable_ast
+from helpers import run_kernel, random_action_list, searchable_ast, native_device
 
 FUZZ_START = int(os.environ.get("FUZZ_START", "0"))
 FUZZ_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "150"))
@@ -27,8 +27,9 @@ OPT_EXAMPLES = int(os.environ.get("FUZZ_OPT_EXAMPLES", str(max(4, FUZZ_EXAMPLES 
 KNOWN_BUG_SEEDS: dict[int, str] = {}
 
 def device_for(seed: int) -> str:
-    """Every fifth seed runs on the PYTHON device (the numpy interpreter of the same kernels), the rest on CPU."""
-    return "PYTHON" if seed % 5 == 4 else "CPU"
+    """Every fifth seed runs on the PYTHON device (the numpy interpreter of the same kernels), the rest on CPU
+    (or on the compiled backend DEV names: DEV=LLVM)."""
+    return "PYTHON" if seed % 5 == 4 else native_device()
 
 def _seeds(count: int) -> list[int]:
     seeds = range(FUZZ_START, FUZZ_START + count)
@@ -116,7 +117,8 @@ def test_default_seeds_cover_every_op():
     expected = set(UNARY_FLOAT) | {
         "add", "sub", "mul", "div", "maximum", "minimum", "pow", "floordiv", "mod", "bitwise", "bitwise_not", "logical_not",
         "compare", "where", "cast", "reshape", "permute", "expand", "pad", "shrink", "flip", "getitem", "cat", "sum", "max",
-        "min", "mean", "prod", "softmax", "log_softmax", "logsumexp", "argmax", "argmin", "cumsum", "gather", "contiguous"}
+        "min", "mean", "prod", "softmax", "log_softmax", "logsumexp", "argmax", "argmin", "cumsum", "gather", "contiguous",
+        "matmul", "conv2d", "scatter", "setitem"}
     assert expected <= ops, f"never generated: {sorted(expected - ops)}"
 
 def test_reproducer_runs_the_same_graph():

@@ -88,3 +88,36 @@ def test_matmul_chain_realized_between_layers():
     ((torch.tensor(xn) @ tw1).relu() @ tw2).square().mean().backward()
     np.testing.assert_allclose(grads[0].numpy(), tw1.grad.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(grads[1].numpy(), tw2.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+# ---------------------------------------------------------------- graphs that simplify to a leaf's own buffer
+# A BUFFER is flat, so a 0-d or n-d leaf holds it through a RESHAPE; ``x.reshape(-1) * 1`` simplifies to the
+# bare buffer. Realizing such a graph must keep it connected to the leaf, or its gradient is lost.
+
+def _loss_with_identity_branch(a):
+    return (a * 2).sum() + ((a * 1) * 3).sum()
+
+def test_gradient_through_graph_realized_to_a_leafs_buffer():
+    for data in (np.array(0.5, np.float32), np.arange(6, dtype=np.float32).reshape(2, 3)):
+        x = Tensor(data, requires_grad=True)
+        a = x.reshape(-1)
+        loss = _loss_with_identity_branch(a)
+        Tensor.realize(a, a * 1)
+        loss.backward()
+        want = torch.tensor(data, requires_grad=True)
+        _loss_with_identity_branch(want.reshape(-1)).backward()
+        np.testing.assert_allclose(x.grad.numpy(), want.grad.numpy(), err_msg=f"shape {data.shape}")
+
+def test_realized_identity_of_a_leaf_still_differentiates_to_it():
+    x = Tensor([[1.0, 2.0, 3.0]], requires_grad=True)
+    b = x.reshape(3) * 1
+    b.realize()
+    np.testing.assert_equal(b.numpy(), [1.0, 2.0, 3.0])
+    (b * b).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [[2.0, 4.0, 6.0]])
+
+def test_realized_identity_of_a_detached_leaf_has_no_gradient():
+    x = Tensor([[1.0, 2.0, 3.0]], requires_grad=True)
+    b = x.detach().reshape(3) * 1
+    b.realize()
+    (b * x.reshape(3)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [[1.0, 2.0, 3.0]])   # only through the second factor

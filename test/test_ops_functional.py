@@ -217,8 +217,8 @@ def test_linear_dtype():
 
 def test_linear_errors():
     with pytest.raises(RuntimeError): Tensor.ones(2, 3).linear(Tensor.ones(4, 5))
-    with pytest.raises(RuntimeError): Tensor.ones(2, 3).linear(Tensor.ones(4))
-    with pytest.raises(ValueError): Tensor.ones(2, 3).linear(Tensor.ones(3, 5), Tensor.ones(4))
+    with pytest.raises(IndexError): Tensor.ones(2, 3).linear(Tensor.ones(4))
+    with pytest.raises(IndexError): Tensor.ones(2, 3).linear(Tensor.ones(3, 5), Tensor.ones(4))
 
 def test_sequential():
     x = randn(3, 4)
@@ -349,7 +349,7 @@ def test_sdpa_dropout():
 def test_sdpa_errors():
     q, k, v = [Tensor(a) for a in _qkv()]
     with pytest.raises(RuntimeError): q.scaled_dot_product_attention(k, v, attn_mask=Tensor.ones(4, 5), is_causal=True)
-    with pytest.raises(ValueError): q.scaled_dot_product_attention(Tensor.ones(2, 3, 5, 7), v)
+    with pytest.raises(RuntimeError): q.scaled_dot_product_attention(Tensor.ones(2, 3, 5, 7), v)
     with pytest.raises(ValueError): q.scaled_dot_product_attention(k, Tensor.ones(2, 3, 6, 6))
     q4, k2, v2 = [Tensor(a) for a in _qkv(H=3, Hkv=2)]
     with pytest.raises(ValueError): q4.scaled_dot_product_attention(k2, v2, enable_gqa=True)
@@ -407,9 +407,9 @@ def test_sparse_categorical_crossentropy_ignore_index(reduction, ls):
 
 def test_sparse_categorical_crossentropy_errors():
     x = Tensor(randn(3, 4))
-    with pytest.raises(ValueError): x.sparse_categorical_crossentropy(Tensor([0, 1]))
+    with pytest.raises(IndexError): x.sparse_categorical_crossentropy(Tensor([0, 1]))
     with pytest.raises(ValueError): x.sparse_categorical_crossentropy(Tensor([0, 1, 2]), reduction="avg")
-    with pytest.raises(ValueError): x.sparse_categorical_crossentropy(Tensor([0, 1, 2]), label_smoothing=1.5)
+    with pytest.raises(RuntimeError): x.sparse_categorical_crossentropy(Tensor([0, 1, 2]), label_smoothing=1.5)
 
 @pytest.mark.parametrize("reduction", REDS)
 @pytest.mark.parametrize("ls", [0.0, 0.2])
@@ -435,7 +435,7 @@ def test_cross_entropy_errors():
     x = Tensor(randn(3, 4))
     with pytest.raises(RuntimeError): x.cross_entropy(Tensor([0, 1]))
     with pytest.raises(ValueError): x.cross_entropy(Tensor([0, 1, 2]), reduction="max")
-    with pytest.raises(ValueError): x.cross_entropy(Tensor([0, 1, 2]), label_smoothing=-0.1)
+    with pytest.raises(RuntimeError): x.cross_entropy(Tensor([0, 1, 2]), label_smoothing=-0.1)
     with pytest.raises(TypeError): x.cross_entropy(Tensor([[True] * 4] * 3))
 
 @pytest.mark.parametrize("reduction", REDS)
@@ -464,7 +464,7 @@ def test_nll_loss_errors():
     with pytest.raises(ValueError): x.nll_loss(Tensor([0, 1, 2]), reduction="mean ")
     with pytest.raises(ValueError): x.binary_crossentropy(Tensor.ones(3, 4), reduction="total")
     with pytest.raises(ValueError): x.binary_crossentropy_logits(Tensor.ones(3, 4), reduction="")
-    with pytest.raises(ValueError): x.binary_crossentropy(Tensor.ones(2, 4))
+    with pytest.raises(IndexError): x.binary_crossentropy(Tensor.ones(2, 4))
 
 # ------------------------------------------------------------------ a few ops on the PYTHON (numpy-interpreted) backend too
 

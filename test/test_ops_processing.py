@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from fusegrad import Tensor, dtypes
-from helpers import helper_test_op
+from helpers import helper_test_op, np_dtype
 
 # ================================================================ _pool
 def test_pool_shape_and_values():
@@ -24,7 +24,7 @@ def test_pool_graph_is_constant_size():
     assert len(small.toposort) == len(big.toposort)
 
 def test_pool_kernel_too_big():
-    with pytest.raises(ValueError): Tensor.empty(1, 1, 2, 2)._pool((3, 3))
+    with pytest.raises(RuntimeError): Tensor.empty(1, 1, 2, 2)._pool((3, 3))
 
 # ================================================================ conv2d
 @pytest.mark.parametrize("stride,dilation,padding,groups", [
@@ -89,13 +89,13 @@ def test_conv2d_permuted_input():
 
 def test_conv2d_errors():
     x = Tensor.empty(1, 4, 5, 5)
-    with pytest.raises(ValueError): x.conv2d(Tensor.empty(2, 3, 3, 3))              # channel mismatch
-    with pytest.raises(ValueError): x.conv2d(Tensor.empty(3, 2, 3, 3), groups=2)    # cout not divisible
-    with pytest.raises(ValueError): x.conv2d(Tensor.empty(2, 4, 3))                 # ndim mismatch
-    with pytest.raises(ValueError): x.conv2d(Tensor.empty(2, 4, 7, 7))              # kernel bigger than input
-    with pytest.raises(ValueError): x.conv2d(Tensor.empty(2, 4, 3, 3), bias=Tensor.empty(3))
+    with pytest.raises(RuntimeError): x.conv2d(Tensor.empty(2, 3, 3, 3))              # channel mismatch
+    with pytest.raises(RuntimeError): x.conv2d(Tensor.empty(3, 2, 3, 3), groups=2)    # cout not divisible
+    with pytest.raises(RuntimeError): x.conv2d(Tensor.empty(2, 4, 3))                 # ndim mismatch
+    with pytest.raises(RuntimeError): x.conv2d(Tensor.empty(2, 4, 7, 7))              # kernel bigger than input
+    with pytest.raises(RuntimeError): x.conv2d(Tensor.empty(2, 4, 3, 3), bias=Tensor.empty(3))
     with pytest.raises(ValueError): x.conv2d(Tensor.empty(2, 4, 3, 3), padding=(1, 2, 3))
-    with pytest.raises(ValueError): x.conv2d(Tensor.empty(2, 4, 3, 3), padding="same", stride=2)
+    with pytest.raises(RuntimeError): x.conv2d(Tensor.empty(2, 4, 3, 3), padding="same", stride=2)
 
 # ================================================================ conv_transpose2d
 @pytest.mark.parametrize("stride,dilation,padding,output_padding,groups", [
@@ -116,8 +116,8 @@ def test_conv_transpose1d_and_3d():
                    lambda x, w: x.conv_transpose2d(w, stride=2), atol=1e-5)
 
 def test_conv_transpose2d_errors():
-    with pytest.raises(ValueError): Tensor.empty(1, 4, 3, 3).conv_transpose2d(Tensor.empty(3, 2, 2, 2))
-    with pytest.raises(ValueError): Tensor.empty(1, 4, 3, 3).conv_transpose2d(Tensor.empty(4, 2, 2, 2), stride=2, output_padding=2)
+    with pytest.raises(RuntimeError): Tensor.empty(1, 4, 3, 3).conv_transpose2d(Tensor.empty(3, 2, 2, 2))
+    with pytest.raises(RuntimeError): Tensor.empty(1, 4, 3, 3).conv_transpose2d(Tensor.empty(4, 2, 2, 2), stride=2, output_padding=2)
 
 # ================================================================ pooling
 @pytest.mark.parametrize("kernel,stride,dilation,padding", [
@@ -163,8 +163,8 @@ def test_max_pool2d_tie_gradient_sum():
     assert g.numpy().sum() == pytest.approx(1.0) and g.numpy()[0, 0, 1, 0] == 0
 
 def test_max_pool2d_errors():
-    with pytest.raises(ValueError): Tensor.empty(1, 1, 4, 4).max_pool2d(2, padding=2)   # padding over half the kernel
-    with pytest.raises(ValueError): Tensor.empty(1, 1, 4, 4).max_pool2d(0)
+    with pytest.raises(RuntimeError): Tensor.empty(1, 1, 4, 4).max_pool2d(2, padding=2)   # padding over half the kernel
+    with pytest.raises(RuntimeError): Tensor.empty(1, 1, 4, 4).max_pool2d(0)
 
 @pytest.mark.parametrize("kernel,stride,padding,ceil_mode,count_include_pad", [
     ((2, 2), None, 0, False, True), ((3, 3), 2, 1, False, True), ((3, 3), 2, 1, False, False), ((3, 2), (2, 1), (1, 1), True, True),
@@ -212,6 +212,28 @@ def test_cumsum_default_axis_int_and_0d():
     assert Tensor(3.0).cumsum().item() == 3.0
     assert Tensor.zeros(0, 3).cumsum(1).shape == (0, 3)
 
+# tinygrad 0.14's result dtypes: cumsum has sum's dtype (small ints and bool widen to int32/uint32), whatever the
+# shape (0-d and empty included); cumprod, cummax and cummin keep the input's dtype
+SUM_DTYPE = {dtypes.bool: dtypes.int32, dtypes.int8: dtypes.int32, dtypes.int16: dtypes.int32, dtypes.uint8: dtypes.uint32}
+
+@pytest.mark.parametrize("dtype", [dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int32, dtypes.float16], ids=str)
+@pytest.mark.parametrize("shape", [(), (0,), (2, 0), (5,), (3, 4), (700,)], ids=str)
+def test_cumulative_op_dtypes_and_values(shape, dtype):
+    rng = np.random.default_rng(len(shape) + 7 * sum(shape))
+    x = (rng.integers(-2, 4, size=shape) if dtype != dtypes.bool else rng.random(shape) < 0.7).astype(np_dtype(dtype))
+    axis = -1 if shape else 0
+    flat = x.reshape(-1) if x.ndim == 0 else x   # numpy's cumulative ops flatten 0-d arrays
+    want = {"cumsum": np.cumsum(flat.astype(np.float64) if dtypes.is_float(dtype) else flat.astype(np.int64), axis).reshape(x.shape),
+            "cumprod": np.cumprod(flat, axis, dtype=flat.dtype if dtype != dtypes.bool else np.int64).reshape(x.shape),
+            "cummax": np.maximum.accumulate(flat, axis).reshape(x.shape), "cummin": np.minimum.accumulate(flat, axis).reshape(x.shape)}
+    for name, expected in want.items():
+        result = getattr(Tensor(x), name)(axis)
+        result = result[0] if isinstance(result, tuple) else result
+        want_dtype = SUM_DTYPE.get(dtype, dtype) if name == "cumsum" else dtype
+        assert result.dtype == want_dtype and result.shape == shape, (name, result.dtype, result.shape)
+        np.testing.assert_allclose(result.numpy().astype(np.float64), expected.astype(np_dtype(want_dtype)).astype(np.float64),
+                                   rtol=1e-2 if dtype == dtypes.float16 else 1e-6, err_msg=name)
+
 def test_cumsum_permuted():
     helper_test_op([(4, 3)], lambda x: torch.cumsum(x.T, 1), lambda x: x.T.cumsum(1), atol=1e-5)
 
@@ -246,6 +268,14 @@ def test_cummax_nan():
 def test_logcumsumexp(shape, axis):
     helper_test_op([shape], lambda x: torch.logcumsumexp(x, axis), lambda x: x.logcumsumexp(axis), atol=1e-5)
 
+def test_logcumsumexp_of_ints_is_float_for_every_shape():
+    for shape in ((), (0,), (2, 0), (3,)):
+        x = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape)
+        result = Tensor(x).logcumsumexp(-1 if shape else 0)
+        expected = torch.logcumsumexp(torch.tensor(x, dtype=torch.float32), -1 if shape else 0).numpy()
+        assert result.dtype == dtypes.float32 and result.shape == shape
+        np.testing.assert_allclose(result.numpy(), expected, rtol=1e-6)
+
 def test_logcumsumexp_wide_range():
     # entries far apart in magnitude: a global shift would underflow the early terms
     helper_test_op(None, lambda x: torch.logcumsumexp(x, 0), lambda x: x.logcumsumexp(0), vals=[[-100.0, 100.0, -50.0, 101.0]], atol=1e-4)
@@ -263,7 +293,7 @@ def test_triu_tril_int_and_errors():
     np.testing.assert_array_equal(Tensor(x).triu(1).numpy(), np.triu(x, 1))
     np.testing.assert_array_equal(Tensor(x).tril(-1).numpy(), np.tril(x, -1))
     assert Tensor(x).triu().dtype == dtypes.int32
-    with pytest.raises(ValueError): Tensor([1, 2]).triu()
+    with pytest.raises(RuntimeError): Tensor([1, 2]).triu()
 
 @pytest.mark.parametrize("diagonal", [0, 1, -2])
 def test_diag(diagonal):
@@ -276,7 +306,7 @@ def test_diagonal(offset, dim1, dim2):
 
 def test_diag_errors():
     with pytest.raises(ValueError): Tensor.empty(2, 2, 2).diag()
-    with pytest.raises(ValueError): Tensor.empty(2, 2).diagonal(0, 1, -1)
+    with pytest.raises(RuntimeError): Tensor.empty(2, 2).diagonal(0, 1, -1)
 
 # ================================================================ gather / scatter
 def test_gather():
@@ -290,7 +320,7 @@ def test_gather_permuted_and_errors():
     idx = np.array([[1, 0], [0, 0]], dtype=np.int32)
     helper_test_op(None, lambda x, i: torch.gather(x.T, 1, i), lambda x, i: x.T.gather(1, i), vals=[np.random.default_rng(0).random((3, 2)), idx])
     with pytest.raises(RuntimeError): Tensor.empty(2, 2).gather(0, Tensor([[0.0]]))
-    with pytest.raises(ValueError): Tensor.empty(2, 2).gather(0, Tensor([0]))
+    with pytest.raises(RuntimeError): Tensor.empty(2, 2).gather(0, Tensor([0]))
     with pytest.raises(IndexError): Tensor.empty(2, 2).gather(2, Tensor([[0]]))
 
 @pytest.mark.parametrize("dim", [0, 1, -1])
@@ -441,8 +471,8 @@ def test_multinomial_2d_and_without_replacement():
     # first draw without replacement follows the weights
     firsts = Tensor([1.0, 3.0]).reshape(1, 2).expand(3000, 2).contiguous().multinomial(1).numpy()
     assert abs((firsts == 1).mean() - 0.75) < 0.04
-    with pytest.raises(ValueError): Tensor([1.0, 2.0]).multinomial(3)
-    with pytest.raises(ValueError): Tensor.ones(2, 2, 2).multinomial(1)
+    with pytest.raises(RuntimeError): Tensor([1.0, 2.0]).multinomial(3)
+    with pytest.raises(RuntimeError): Tensor.ones(2, 2, 2).multinomial(1)
 
 def test_randperm():
     Tensor.manual_seed(2)
@@ -467,9 +497,9 @@ def test_einsum_list_operands_and_errors():
     a, b = Tensor.ones(2, 3), Tensor.ones(3, 2)
     assert Tensor.einsum("ij,jk->ik", [a, b]).tolist() == [[3.0, 3.0], [3.0, 3.0]]
     with pytest.raises(ValueError): Tensor.einsum("ij,jk->ik", a)                     # operand count
-    with pytest.raises(ValueError): Tensor.einsum("ij,jk->ik", a, Tensor.ones(2, 2))  # size mismatch
-    with pytest.raises(ValueError): Tensor.einsum("ijk->i", a)                        # ndim mismatch
-    with pytest.raises(ValueError): Tensor.einsum("ij->z", a)                         # unknown output letter
+    with pytest.raises(RuntimeError): Tensor.einsum("ij,jk->ik", a, Tensor.ones(2, 2))  # size mismatch
+    with pytest.raises(RuntimeError): Tensor.einsum("ijk->i", a)                        # ndim mismatch
+    with pytest.raises(RuntimeError): Tensor.einsum("ij->z", a)                         # unknown output letter
 
 # ================================================================ interpolate
 @pytest.mark.parametrize("in_shape,size,mode,align", [
@@ -483,7 +513,7 @@ def test_interpolate(in_shape, size, mode, align):
     helper_test_op([in_shape], lambda x: F.interpolate(x, size=size, mode=mode, **kw), lambda x: x.interpolate(size, mode=mode, **kw), atol=1e-5)
 
 def test_interpolate_errors():
-    with pytest.raises(ValueError): Tensor.empty(1, 1, 4).interpolate((2,), mode="cubic")
+    with pytest.raises(NotImplementedError): Tensor.empty(1, 1, 4).interpolate((2,), mode="cubic")
     with pytest.raises(ValueError): Tensor.empty(1, 1, 4).interpolate((2,), mode="nearest", align_corners=True)
     with pytest.raises(ValueError): Tensor.empty(1, 1, 4).interpolate((0,))
 
@@ -509,7 +539,7 @@ def test_split(sizes, dim):
     assert len(Tensor.ones(4, 5).split(sizes, dim)) == len(torch.ones(4, 5).split(sizes, dim))
 
 def test_split_errors():
-    with pytest.raises(ValueError): Tensor.empty(4).split([1, 2])
+    with pytest.raises(RuntimeError): Tensor.empty(4).split([1, 2])
     with pytest.raises(IndexError): Tensor.empty(4).split(2, 1)
 
 @pytest.mark.parametrize("n,chunks,dim", [(6, 3, 0), (7, 3, 0), (5, 2, 1), (6, 4, 1), (3, 5, 0)])
@@ -519,15 +549,15 @@ def test_chunk(n, chunks, dim):
     got = Tensor.ones(*shape).chunk(chunks, dim)
     assert [t.shape for t in got] == [tuple(t.shape) for t in want]
     for k in range(len(want)): helper_test_op([shape], lambda x: x.chunk(chunks, dim)[k], lambda x: x.chunk(chunks, dim)[k])
-    with pytest.raises(ValueError): Tensor.ones(3).chunk(0)
+    with pytest.raises(RuntimeError): Tensor.ones(3).chunk(0)
 
 @pytest.mark.parametrize("shape,dim,size,step", [((7,), 0, 3, 2), ((4, 5), 1, 2, 1), ((4, 5), 0, 4, 3), ((3, 4, 2), -2, 1, 2), ((5,), 0, 5, 1), ((4, 3), 0, 0, 2)])
 def test_unfold(shape, dim, size, step):
     helper_test_op([shape], lambda x: x.unfold(dim, size, step), lambda x: x.unfold(dim, size, step))
 
 def test_unfold_errors():
-    with pytest.raises(ValueError): Tensor.empty(3).unfold(0, 4, 1)
-    with pytest.raises(ValueError): Tensor.empty(3).unfold(0, 2, 0)
+    with pytest.raises(RuntimeError): Tensor.empty(3).unfold(0, 4, 1)
+    with pytest.raises(RuntimeError): Tensor.empty(3).unfold(0, 2, 0)
 
 @pytest.mark.parametrize("indexing", ["ij", "xy"])
 def test_meshgrid(indexing):
@@ -536,14 +566,14 @@ def test_meshgrid(indexing):
     a, b = Tensor([1, 2]).meshgrid(Tensor([3, 4, 5]), indexing=indexing)
     ta, tb = torch.meshgrid(torch.tensor([1, 2]), torch.tensor([3, 4, 5]), indexing=indexing)
     np.testing.assert_array_equal(a.numpy(), ta.numpy()); np.testing.assert_array_equal(b.numpy(), tb.numpy())
-    with pytest.raises(ValueError): Tensor.meshgrid(Tensor([1]), indexing="ji")
+    with pytest.raises(RuntimeError): Tensor.meshgrid(Tensor([1]), indexing="ji")
 
 @pytest.mark.parametrize("shifts,dims", [(1, 0), (-2, 1), (7, 1), ((1, 2), (0, 1)), (3, None), (0, 0), ((1, -1), (1, -1))])
 def test_roll(shifts, dims):
     helper_test_op([(3, 4)], lambda x: torch.roll(x, shifts, dims), lambda x: x.roll(shifts, dims))
 
 def test_roll_errors():
-    with pytest.raises(ValueError): Tensor.empty(3, 4).roll((1, 2), 0)
+    with pytest.raises(RuntimeError): Tensor.empty(3, 4).roll((1, 2), 0)
 
 @pytest.mark.parametrize("formula,shape,sizes,target", [
     ("a b -> b a", (2, 3), {}, lambda x: x.T),
@@ -562,9 +592,9 @@ def test_rearrange(formula, shape, sizes, target):
 
 def test_rearrange_errors():
     x = Tensor.empty(2, 6)
-    with pytest.raises(ValueError): x.rearrange("a b c -> a b c")            # wrong number of dims
-    with pytest.raises(ValueError): x.rearrange("a b -> a")                  # names differ
-    with pytest.raises(ValueError): x.rearrange("a (b c) -> a b c")          # can't infer two sizes
+    with pytest.raises(IndexError): x.rearrange("a b c -> a b c")            # wrong number of dims
+    with pytest.raises(RuntimeError): x.rearrange("a b -> a")                  # names differ
+    with pytest.raises(RuntimeError): x.rearrange("a (b c) -> a b c")          # can't infer two sizes
     with pytest.raises(ValueError): x.rearrange("a (b c) -> a b c", b=4)     # doesn't divide
     with pytest.raises(ValueError): x.rearrange("a b -> b a", a=3)           # wrong size
     with pytest.raises(ValueError): x.rearrange("a b")                       # no arrow
@@ -593,7 +623,7 @@ def test_qr_zero_column_and_errors():
     Q, R = Tensor(x).qr()
     np.testing.assert_allclose((Q @ R).numpy(), x, atol=1e-5)
     assert np.isfinite(Q.numpy()).all()
-    with pytest.raises(ValueError): Tensor([1.0]).qr()
+    with pytest.raises(RuntimeError): Tensor([1.0]).qr()
 
 @pytest.mark.parametrize("shape", [(3, 3), (4, 3), (3, 5), (2, 4, 4), (1, 1), (5, 1)])
 def test_svd(shape):
@@ -619,7 +649,7 @@ def test_svd_reduced_and_gradient():
     np.testing.assert_allclose(((U.numpy() * S.numpy()) @ Vh.numpy()), x, atol=1e-4)
     # the singular values are differentiable
     helper_test_op([(3, 3)], lambda x: torch.linalg.svdvals(x), lambda x: x.svd()[1], atol=1e-4, grad_atol=1e-3, grad_rtol=1e-2)
-    with pytest.raises(ValueError): Tensor([1.0, 2.0]).svd()
+    with pytest.raises(RuntimeError): Tensor([1.0, 2.0]).svd()
 
 # ================================================================ matmul/dot through the mixin-built ops
 def test_matmul_shape_mismatch_is_clear():

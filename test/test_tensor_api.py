@@ -14,7 +14,7 @@ def test_stack_as_a_method_keeps_self():
     np.testing.assert_equal(a.stack(b, c, dim=1).numpy(), expected)
     np.testing.assert_equal(Tensor.stack(a, b, c, dim=1).numpy(), expected)
     np.testing.assert_equal(Tensor.stack([a, b, c], dim=1).numpy(), expected)
-    with pytest.raises(ValueError, match="equal shapes"): a.stack(Tensor([1]))
+    with pytest.raises(RuntimeError, match="equal shapes"): a.stack(Tensor([1]))
 
 def test_normalize_matches_torch():
     x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
@@ -36,7 +36,7 @@ def test_gelu_approximate():
         want = torch.nn.functional.gelu(torch.tensor(x), approximate=mode).numpy()
         np.testing.assert_allclose(Tensor(x).gelu(approximate=mode).numpy(), want, rtol=1e-5, atol=2e-6)
     np.testing.assert_allclose(Tensor(x).gelu().numpy(), torch.nn.functional.gelu(torch.tensor(x), approximate="tanh").numpy(), atol=2e-6)
-    with pytest.raises(ValueError, match="approximate"): Tensor(x).gelu(approximate="erf")
+    with pytest.raises(RuntimeError, match="approximate"): Tensor(x).gelu(approximate="erf")
     # the exact form's gradient
     t = Tensor(x, requires_grad=True); t.gelu(approximate="none").sum().backward()
     tt = torch.tensor(x, requires_grad=True); torch.nn.functional.gelu(tt).sum().backward()

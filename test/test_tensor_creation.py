@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 from fusegrad import Tensor, dtypes
 from fusegrad.dtype import from_np
+from fusegrad.uop.ops import Ops
 from helpers import assert_tensor, rand_np, np_dtype, NP_DTYPES
 
 # ============================================================================ construction
@@ -56,6 +57,23 @@ def test_from_numpy(device, dtype, rng):
     assert_tensor(Tensor(x[:0], device=device), x[:0], dtype)
     # an explicit dtype converts like astype
     assert_tensor(Tensor(x, device=device, dtype=dtypes.float32), x.astype(np.float32), dtypes.float32)
+
+def test_from_zero_dim_numpy_is_a_constant_with_or_without_dtype(device):
+    # tinygrad 0.14 makes a 0-d array a constant (as a Python number), an explicit dtype included
+    for dtype, want in ((None, np.array(2.5, np.float64)), (dtypes.float32, np.array(2.5, np.float32)),
+                        (dtypes.int32, np.array(2, np.int32))):
+        t = Tensor(np.array(2.5), device=device, dtype=dtype)
+        assert t.uop.op is Ops.CONST, dtype
+        assert_tensor(t, want, from_np(want.dtype))
+
+def test_scalar_leaves_with_requires_grad_are_separate_nodes(device):
+    # constants are interned: two equal scalar leaves must still get their own gradients (torch: 2 and 3)
+    for make in (lambda: Tensor(0.5, device=device, requires_grad=True),
+                 lambda: Tensor(np.array(0.5, np.float32), device=device, requires_grad=True)):
+        x, y = make(), make()
+        assert x.dtype == dtypes.float32 and x.shape == ()
+        (x * 2 + y * 3).backward()
+        assert (x.grad.item(), y.grad.item()) == (2.0, 3.0)
 
 def test_from_numpy_is_a_copy(device):
     x = np.array([1.0, 2.0], np.float32)

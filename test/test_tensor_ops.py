@@ -209,9 +209,9 @@ def test_binary(device, name, dtype, rng):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 @pytest.mark.parametrize("name", [n for n in BINARY if n.startswith("bitwise")])
 def test_binary_rejects(device, name, dtype):
-    """Bitwise ops are undefined on floats and must say so."""
+    """Bitwise ops are undefined on floats and must say so (RuntimeError, tinygrad's type)."""
     fn = BINARY[name][0]
-    with pytest.raises(TypeError, match="int|bool"):
+    with pytest.raises(RuntimeError, match="int|bool"):
         fn(Tensor([1.0, 2.0], device=device, dtype=dtype), Tensor([1.0, 2.0], device=device, dtype=dtype))
 
 @pytest.mark.parametrize("dtype", NP_DTYPES, ids=str)
@@ -312,9 +312,10 @@ def test_where_broadcast_and_scalars(device, rng):
     got = Tensor(cond, device=device).where(2, 3)
     assert got.shape == (3, 1) and got.numpy().tolist() == np.where(cond, 2, 3).tolist()
     assert dtypes.is_int(got.dtype)
-    # a non-bool condition is truthiness
+    # a non-bool condition is refused (tinygrad's RuntimeError); a bool one made from it works
     c = np.array([0, 2, -1, 0], np.int32)
-    out = Tensor(c, device=device).where(1.0, 0.0)   # both branches are literals: a (weak) float
+    with pytest.raises(RuntimeError, match="bool"): Tensor(c, device=device).where(1.0, 0.0)
+    out = (Tensor(c, device=device) != 0).where(1.0, 0.0)   # both branches are literals: a (weak) float
     assert dtypes.concrete(out.dtype) == dtypes.float32 and dtypes.is_float(out.dtype)
     np.testing.assert_array_equal(out.numpy(), np.where(c != 0, 1.0, 0.0).astype(np.float32))
 
@@ -481,6 +482,14 @@ def test_reduce_int_values(device, name, dtype, rng):
         if dtypes.is_float(dtype): np.testing.assert_allclose(got.astype(np.float64), expected, rtol=1e-2 if dtype == dtypes.float16 else 1e-5)
         else: np.testing.assert_array_equal(got.astype(np.int64) if dtype != dtypes.uint64 else got, expected.astype(np.int64) if dtype != dtypes.uint64 else expected)
 
+@pytest.mark.parametrize("dtype", [dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.int32], ids=str)
+def test_prod_keeps_int_and_bool_dtypes(device, dtype, rng):
+    # tinygrad 0.14: an int product has the input's dtype and wraps in it (as numpy's with dtype=); a bool one is all()
+    x = rand_np(rng, (4, 6), dtype, -5, 9) if dtype != dtypes.bool else rng.random((4, 6)) < 0.8
+    for axis in (None, 1):
+        expected = np.all(x, axis=axis) if dtype == dtypes.bool else np.prod(x, axis=axis, dtype=x.dtype)
+        assert_tensor(Tensor(x, device=device).prod(axis=axis), np.asarray(expected), dtype)
+
 @pytest.mark.parametrize("dtype", NP_DTYPES, ids=str)
 def test_sum_mean_dtype_and_values(device, dtype, rng):
     x = rand_np(rng, (4, 5), dtype)
@@ -544,6 +553,27 @@ def test_reduce_size_zero(device, shape, axis):
     red = tuple(range(len(shape))) if axis is None else (axis,) if isinstance(axis, int) else axis
     if all(shape[a] != 0 for a in red):  # max over non-empty axes of an empty tensor is fine in numpy too
         assert_tensor(t.max(axis=axis), np.max(x, axis=axis))
+
+@pytest.mark.parametrize("shape,axis", [((0,), 0), ((2, 0), -1), ((0, 3), 0), ((2, 0, 3), 1)], ids=str)
+def test_reductions_over_an_empty_axis(device, shape, axis):
+    # max/min of nothing is the identity (tinygrad 0.14; torch raises); softmax and log_softmax of an empty axis
+    # are empty and logsumexp is -inf (torch), with empty gradients
+    import torch
+    kept = tuple(s for d, s in enumerate(shape) if d != axis % len(shape))
+    for dtype, lowest, highest in ((dtypes.float32, -np.inf, np.inf), (dtypes.int32, np.iinfo(np.int32).min, np.iinfo(np.int32).max),
+                                   (dtypes.bool, False, True)):
+        t = Tensor(np.zeros(shape, np_dtype(dtype)), device=device)
+        assert_tensor(t.max(axis), np.full(kept, lowest, np_dtype(dtype)), dtype)
+        assert_tensor(t.min(axis), np.full(kept, highest, np_dtype(dtype)), dtype)
+    for name in ("softmax", "log_softmax", "logsumexp"):
+        x = Tensor(np.zeros(shape, np.float32), device=device, requires_grad=True)
+        want = torch.zeros(shape, requires_grad=True)
+        result = getattr(x, name)(axis)
+        expected = getattr(torch, name)(want, axis)
+        (result * 2).sum().backward()
+        (expected * 2).sum().backward()
+        assert_tensor(result, expected.detach().numpy(), dtypes.float32)
+        assert x.grad.shape == tuple(want.grad.shape), name
 
 def test_reduce_size_one_and_scalar(device):
     x = np.array([[2.5]], np.float32)
@@ -806,7 +836,7 @@ def test_numpy_tolist_item_data(device, dtype, rng):
 
 def test_item_requires_one_element(device):
     assert Tensor([[4.5]], device=device).item() == 4.5
-    with pytest.raises(ValueError, match=r"\(2,\)"):
+    with pytest.raises(RuntimeError, match=r"\(2,\)"):
         Tensor([1.0, 2.0], device=device).item()
 
 def test_realize_contiguous_detach_clone(device, rng):

@@ -7,7 +7,7 @@
 """
 from __future__ import annotations
 from fusegrad.dtype import dtypes
-from fusegrad.helpers import prod, DEBUG, NOOPT, TRANSCENDENTAL, VECTORIZE, BEAM, USE_TC, TC_OPT, ContextVar
+from fusegrad.helpers import prod, DEBUG, NOOPT, TRANSCENDENTAL, VECTORIZE, BEAM, USE_TC, TC_OPT, VIZ, ContextVar
 from fusegrad.uop.ops import UOp, Ops, GroupOp, AxisType, graph_rewrite
 from fusegrad.uop.symbolic import symbolic
 from fusegrad.renderer import Renderer, ProgramSpec
@@ -67,25 +67,33 @@ def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Progr
     # every buffer slot stays a kernel parameter even if simplification drops its last use
     # (c.where(x, x) no longer reads c): callers pass buffers by slot, so a missing one would shift the rest
     params = sorted({x for x in ast.toposort if x.op is Ops.PARAM}, key=lambda p: p.arg)
+    from fusegrad.viz import trace
+    viz = trace.begin(ast, renderer) if VIZ else None   # VIZ=1 records each stage's graph and the rules that fired
     ast = unwrap_gated_indexes(graph_rewrite(ast, symbolic))
+    if viz is not None: trace.stage("symbolic", ast)
     name = kernel_name(ast)
     if DEBUG >= 5: print(f"kernel {name}:\n{ast}")
     flops, mem = estimate_cost(ast)
     applied: tuple = ()
     from fusegrad.codegen.opt import optimize_kernel
     ast, applied = optimize_kernel(ast, renderer, opts)
+    if viz is not None: trace.stage(f"optimize {list(map(str, applied))}", ast)
     ast = emulate_bfloat16(ast)
-    # exp2/log2/sin as polynomial code, so loops vectorize (libm calls are scalar)
-    if TRANSCENDENTAL >= 2 or (TRANSCENDENTAL >= 1 and not renderer.native_transcendentals):
-        ast = decompose_transcendentals(ast)
+    # exp2/log2/sin as polynomial code, so loops vectorize (libm calls are scalar); e**x (EXP2(x * log2 e))
+    # on every renderer, since a native exp2 can't undo the rounding of x * log2 e
+    if TRANSCENDENTAL >= 1:
+        ast = decompose_transcendentals(ast, exp_only=TRANSCENDENTAL < 2 and renderer.native_transcendentals)
     # after bfloat16 emulation, so the local buffers of grouped reduces hold float32
     ast = lower_group_reduces(ast)
+    if viz is not None: trace.stage("bfloat16, transcendentals, grouped reduces", ast)
     if renderer.has_local: ast, global_size, local_size = to_launch_dims(ast)
     else: global_size, local_size = [1, 1, 1], None
     ast = lower_reduces(ast)
+    if viz is not None: trace.stage("launch dims, lower reduces", ast)
     ast = graph_rewrite(ast, symbolic)
     if renderer.vector_loops: ast = load_contiguous_lanes(ast)
     ast = narrow_index_dtype(ast)
+    if viz is not None: trace.stage("symbolic, contiguous loads, narrow indices", ast)
     uops = linearize(ast)
     present = {u.arg for u in uops if u.op is Ops.PARAM}
     # (a dropped buffer's parameter is declared as bytes: its dtype may be one lowering emulates, like bfloat16)
@@ -98,4 +106,6 @@ def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Progr
     variables = [u for u in uops if u.op is Ops.DEFINE_VAR]
     outs = sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM})
     ins = sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM})
-    return ProgramSpec(name, src, renderer.device, uops, global_size, local_size, variables, outs, ins, flops, mem, applied)
+    program = ProgramSpec(name, src, renderer.device, uops, global_size, local_size, variables, outs, ins, flops, mem, applied)
+    if viz is not None: trace.finish(viz, program)
+    return program

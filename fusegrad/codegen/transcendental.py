@@ -6,37 +6,49 @@ build the same math as a UOp graph of float ADD/NEG/MUL (and one FDIV in log2), 
 BITCAST and integer ADD/AND/OR/XOR/SHL/SHR, which every renderer already knows and gcc vectorizes.
 
     xexp2(x)  2**x   x = n + f, |f| <= 1/2; 2**f by a polynomial; 2**n from exponent bits, in two steps
+    xexp(x)   e**x   for the pattern EXP2(x * log2 e) (Tensor.exp): x = n*ln2 + r by Cody-Waite, e**r by a
+                     polynomial, 2**n as in xexp2; on every renderer, native transcendentals or not
     xlog2(x)  log2 x exponent and mantissa from the bits; ln of the mantissa by an atanh series, * 1/ln 2
-    xsin(x)   sin x  Cody-Waite reduction by pi/2, sin/cos polynomials on [-pi/4, pi/4], quadrant select
+    xsin(x)   sin x  reduction by pi/2 (Cody-Waite; float32 from 2**16 on Payne-Hanek in uint32 lanes),
+                     sin/cos polynomials on [-pi/4, pi/4], quadrant select; xsin(x, 1) is cos x
 
 float32 and float64 are computed natively; float16 (and bfloat16) are widened to float32, computed
 there and rounded back once. Accuracy, measured by test/codegen/test_transcendental.py (and with
 more samples while writing it) against numpy's float64 (for float32) and numpy's long double (for
 float64) rounded to the dtype, as the distance in ulps to that correctly rounded reference:
 
-    float32: exp2 <= 1 ulp on [-150, 130] (subnormal results too), log2 <= 1 ulp on all positive
-             floats (subnormals too), sin <= 1 ulp on [-1e5, 1e5], including the floats nearest
-             to the multiples of pi/2 there (|x - k*pi/2| down to 4e-9).
-    float64: exp2 <= 1 ulp on [-1080, 1030], log2 <= 1 ulp, sin <= 1 ulp on [-1e9, 1e9].
+    float32: exp2 <= 1 ulp on [-150, 130] (subnormal results too), exp <= 1 ulp on every float (0.65 from the
+             exact value for normal results), log2 <= 1 ulp on all positive
+             floats (subnormals too), sin and cos <= 1 ulp (measured 0.8) on every finite float,
+             including the floats nearest to the multiples of pi/2.
+    float64: exp2 <= 1 ulp on [-1080, 1030], exp <= 1 ulp, log2 <= 1 ulp, sin <= 1 ulp on [-1e9, 1e9].
     float16: exp2 and log2 correctly rounded in the tests, sin <= 1 ulp.
 
 Special values follow C99 Annex F: exp2(+inf) = +inf, exp2(-inf) = 0, exp2 overflows to +inf and
 underflows through the subnormals to 0; log2(+-0) = -inf, log2(x<0) = NaN, log2(+inf) = +inf;
 sin(+-inf) = NaN, sin(-0.0) = -0.0; NaN gives NaN everywhere.
 
-sin outside the Cody-Waite range: the reduction multiplies the quadrant number q = round(x*2/pi)
-by pieces of pi/2 short enough for q*piece to be exact while q < 2**16 (float32) or q < 2**30
-(float64), i.e. |x| < ~1.0e5 / ~1.6e9. Beyond that the reduction is no longer exact and the
-absolute error grows about linearly with |x| (measured without FMA, max abs error: float32 5e-3 at
-2e5, 3e-2 at 1e6, meaningless from ~1e7 on; float64 1e-6 at 1e10, 6e-5 at 1e12, 0.1 at 1e15), like
-any Cody-Waite scheme without Payne-Hanek (not implemented). The reduced argument is clamped, so
-the result stays finite and in [-1, 1] for every finite x.
+float32 sin for |x| >= 2**16 uses Payne-Hanek (_payne_hanek_f32) in 32-bit integer lanes, computed
+on every lane and picked per lane (a branch would stop vectorization). Why integers and not float64:
+fusegrad's vectorizer and gcc's (with -fno-tree-loop-if-convert) vectorize only 32-bit lanes well; a
+float64 Payne-Hanek was 18x slower. Why not float Dekker products: the bits of 2/pi needed depend on
+the exponent, which integer shifts select directly. Measured cost: see docs/decisions.md.
 
-How to use it (the pipeline does not call it yet): run it over a kernel AST before linearizing, e.g.
-in ``fusegrad.codegen.get_program`` right before ``lower_reduces``::
+float64 sin has Cody-Waite only: it multiplies the quadrant number q = round(x*2/pi) by pieces of
+pi/2 short enough for q*piece to be exact while q < 2**30, i.e. |x| < ~1.6e9. Beyond that the
+absolute error grows about linearly with |x| (measured without FMA, max abs error 1e-6 at 1e10,
+6e-5 at 1e12, 0.1 at 1e15, meaningless beyond). The reduced argument is clamped, so the result
+stays finite and in [-1, 1] for every finite x.
 
-    from fusegrad.codegen.transcendental import decompose_transcendentals
-    ast = decompose_transcendentals(ast)      # = graph_rewrite(ast, pm_transcendental)
+How it is used: ``fusegrad.codegen.get_program`` runs it over the kernel AST before lowering the
+reduces: ``decompose_transcendentals(ast)`` (= graph_rewrite(ast, pm_transcendental)) for renderers
+without native transcendentals (or TRANSCENDENTAL>=2), ``decompose_transcendentals(ast, exp_only=True)``
+(= pm_exp) for the others (the PYTHON device: numpy's exp2 is exact enough, but EXP2 of a rounded
+x * log2 e is not e**x). Why one arithmetic graph for e**x everywhere, and not EXP2(n) * poly(r) on
+native renderers or an interpreter that spots the pattern: the graph is what makes e**x accurate, so
+CPU and PYTHON then compute the same bits (up to FMA contraction), the interpreter keeps executing
+each uop as defined, and the scale by 2**n needs exponent bits in two steps anyway (a single 2**n
+overflows while e**x is still finite, e.g. x = 88.7).
 
 Running ``symbolic`` afterwards is fine (the tests check it changes no result bit). Only scalar
 dtypes are rewritten (a vector dtype, ``dtype.count > 1``, keeps its EXP2/LOG2/SIN).
@@ -150,6 +162,57 @@ def xexp2(x: UOp) -> UOp:
     ret = p * _pow2(n1, dt) * _pow2(n2, dt)
     return ret * _where(nan, math.nan, 1.0, dt)
 
+# ---------------------------------------------------------------- exp
+
+# The front end builds e**x as EXP2(x * log2(e)) (Tensor.exp); xexp computes that pattern as e**x
+# itself. log2(e) as each dtype's constant holds it (the pattern matches exactly this value):
+_LOG2E = {dtypes.float32: 1.4426950216293335, dtypes.float64: 1.4426950408889634}
+# ln 2 = hi + lo (Cody-Waite): hi has 15 (float32) / 32 (float64) significant bits, so n*hi is exact
+# for every n in range (|n| <= 160 / 1100: 8 / 11 bits); lo is the rest rounded to the dtype, leaving
+# 5.5e-14 / 1.2e-26 (times |n|: far below an ulp of r).
+_LN2_F32 = (0.693145751953125, 1.428606765330187e-06)
+_LN2_F64 = (0.6931471803691238, 1.9082149292705877e-10)
+# e**r = 1 + r + r*r*Q(r), Q(r) = (e**r - 1 - r)/r**2 on [-0.36, 0.36] (|r| <= ln2/2 plus the
+# rounding of x*log2 e). Worst relative error of the rounded Q (it enters the result scaled by
+# r*r*Q/e**r < 0.1): float32, degree 5: 1.1e-8 -> < 0.02 ulp; float64, degree 10: 1.3e-17 -> < 0.02 ulp.
+_EXPM1_F32 = (0.5, 0.1666666716337204, 0.041666433215141296, 0.008333307690918446, 0.0013937181793153286,
+              0.00019894912838935852)
+_EXPM1_F64 = (0.5, 0.16666666666666674, 0.04166666666666667, 0.008333333333323584, 0.0013888888888881927,
+              0.0001984126988339433, 2.4801587331670256e-05, 2.7557244942221745e-06, 2.7557266175047446e-07,
+              2.5109404672957823e-08, 2.091767738180507e-09)
+
+def xexp(x: UOp) -> UOp:
+    """e**x for a float32 or float64 UOp, to <= 1 ulp (EXP2(x * log2 e) would round x*log2 e first:
+    |x|*2**-24 relative, 52 ulp at x = 70).
+
+    x is clamped to [lo, hi] first (below lo e**x rounds to 0, above hi it overflows). n =
+    round(x*log2 e) (see _round; x*log2 e may round, which only moves r a little past ln2/2), r_hi =
+    x - n*hi(ln 2) is exact (n*hi is exact, and Sterbenz's lemma holds for the difference), r_lo =
+    -n*lo(ln 2). e**r = 1 + r + r*r*Q(r): 1 + r_hi is summed with its rounding error recovered
+    (Fast2Sum, |r_hi| < 1), so the result rounds about once (measured <= 0.65 ulp from the exact
+    value; a plain Horner polynomial in r = r_hi + r_lo costs 6 fewer flops but reaches 1.1 ulp
+    without FMA). 2**n is applied in two halves exactly as in xexp2 (subnormal results round once
+    more, overflow gives +inf). Products that matter are exact with or without FMA contraction."""
+    dt = x.dtype
+    idt = _BITS[dt][0]
+    f32 = dt == dtypes.float32
+    lo, hi = (-110.0, 90.0) if f32 else (-760.0, 720.0)
+    (ln2_hi, ln2_lo), coeffs = (_LN2_F32, _EXPM1_F32) if f32 else (_LN2_F64, _EXPM1_F64)
+    # clamped twice: NaN fails every comparison, so `clamped` keeps it (and r, p and the result become
+    # NaN by arithmetic) while `finite` turns it into hi, so the integer work on n never sees NaN bits
+    low = _where(x < _c(dt, lo), lo, x)
+    clamped = _where(_c(dt, hi) < low, hi, low)
+    finite = _where(low < _c(dt, hi), low, hi)
+    _, nf, n = _round(finite * _c(dt, _LOG2E[dt]))
+    r_hi = clamped - nf * _c(dt, ln2_hi)
+    r_lo = nf * _c(dt, -ln2_lo)
+    r = r_hi + r_lo
+    one_plus = _c(dt, 1.0) + r_hi
+    tail = ((_c(dt, 1.0) - one_plus) + r_hi) + (r_lo + r * r * _poly(r, coeffs))   # Fast2Sum's error, then the rest
+    p = one_plus + tail
+    n1 = ((n + 2048) >> _c(idt, 1)) - 1024      # floor(n/2), shifting a non-negative number (see xexp2)
+    return p * _pow2(n1, dt) * _pow2(n - n1, dt)
+
 # ---------------------------------------------------------------- log2
 
 # ln(1+u) for 1+u in [sqrt(1/2), sqrt(2)], in the form u - u*u/2 + z*(u*u/2 + R(z*z)) with
@@ -247,20 +310,91 @@ def _two_sum(a: UOp, b: UOp) -> tuple[UOp, UOp]:
     bb = s - a
     return s, (a - (s - bb)) + (b - bb)
 
-def xsin(x: UOp) -> UOp:
-    """sin(x) for a float32 or float64 UOp.
+# Payne-Hanek for float32 |x| >= 2**16, in 32-bit integer lanes (no float64, no 64-bit product).
+# 2/pi as a bit string, 8 zero bits first, then the bits of weight 2**-1, 2**-2, ... (216 of them),
+# in 32-bit words, most significant first: bit j of the string has weight 2**-(j-8).
+_TWO_OVER_PI_WORDS = (0x517cc1, 0xb727220a, 0x94fe13ab, 0xe8fa9a6e, 0xe06db14a, 0xcc9e21c8, 0x20ff28b1)
+_PH_MIN_EXPONENT = 143        # biased exponent of 2**16: Payne-Hanek lanes have |x| >= 2**16
+# pi/2 rounded to float32 = hi + lo with hi of 12 significant bits (so a 12-bit times hi is exact),
+# and the rounding error of that float32, pi/2 - (hi + lo)
+_PIO2_F32_HI, _PIO2_F32_LO, _PIO2_F32_RES = 1.5703125, 0.0004838705062866211, -4.3711390001862426e-08
 
-    q = round(x * 2/pi) (see _round; y is clamped first so that works for any x), r = x - q*pi/2 =
-    r_hi + r_lo by Cody-Waite (see _PIO2_*), then by the quadrant q mod 4 (the low two bits of the
-    rounded t, two's complement, so negative q works too): sin(r), cos(r), -sin(r), -cos(r), with
-    r_lo entering to first order (sin(r_hi+r_lo) ~ sin(r_hi) + r_lo*cos(r_hi), cos(r_hi+r_lo) ~
-    cos(r_hi) - r_lo*r_hi). Infinite and NaN x are computed as 0 and give NaN; +-0 returns x."""
-    dt = x.dtype
+def _u32(value: int) -> UOp: return _c(dtypes.uint32, value)
+
+def _small_uint_to_float(v: UOp) -> UOp:
+    """A uint32 v < 2**23 as float32, exactly, without a conversion op (OR into 2**23's mantissa)."""
+    return (v | _u32(0x4B000000)).bitcast(dtypes.float32) - _c(dtypes.float32, 8388608.0)
+
+def _window_of_two_over_pi(exponent: UOp) -> tuple[UOp, UOp, UOp]:
+    """Bits j0 .. j0+95 of _TWO_OVER_PI_WORDS as three uint32 words (most significant first), for
+    j0 = exponent - 143 in [0, 111]. The words come from a select between constants (j0 // 32 is
+    0..3) and a funnel shift by j0 % 32 (the shift right is split in two so no shift is by 32)."""
+    j0 = exponent - _u32(_PH_MIN_EXPONENT)
+    word, shift = j0 >> _u32(5), j0 & _u32(31)
+    def table(t: int) -> UOp:   # _TWO_OVER_PI_WORDS[word + t]
+        acc = _u32(_TWO_OVER_PI_WORDS[t + 3])
+        for k in (2, 1, 0): acc = _where(word.eq(_u32(k)), _TWO_OVER_PI_WORDS[t + k], acc)
+        return acc
+    g = [table(t) for t in range(4)]
+    return tuple((g[t] << shift) | ((g[t + 1] >> _u32(1)) >> (_u32(31) - shift)) for t in range(3))
+
+def _payne_hanek_f32(magnitude_bits: UOp) -> tuple[UOp, UOp, UOp]:
+    """(quadrant as uint32 0..3, r_hi, r_lo) with |x| = quadrant*pi/2 + r_hi + r_lo (mod 2*pi),
+    |r_hi| <= pi/4, for |x| >= 2**16 given as its float32 bits (smaller |x| give defined garbage).
+
+    |x| = m * 2**(e-150) with the 24-bit integer mantissa m. Bit i of 2/pi (weight 2**-i) adds
+    m * 2**(e-150-i) to |x|*2/pi: a multiple of 4 for i <= e-152, so only bits from i0 = e-151 on
+    matter mod 4. With W the 96 bits i0 .. i0+95 of 2/pi as an integer, |x|*2/pi = m*W*2**-94
+    (mod 4) up to the bits after the window (< m*2**-94 < 2**-70). P = m*W mod 2**96 is computed
+    exactly in 16-bit columns: m = mh*2**12 + ml, W's 16-bit digits d, every partial product is
+    < 2**28. P's top two bits after adding a half (rounding to the nearest quadrant) are the
+    quadrant; the rest is the signed fraction v in [-1/2, 1/2) of a quarter turn, summed into a
+    float32 pair from exact 16-bit pieces with TwoSum, then r = v*pi/2 with Dekker's product (the
+    halves come from masking bits, not from a Veltkamp split, so FMA contraction changes nothing).
+    A float32 comes no closer than ~2**-30 (relative) to a multiple of pi/2, so the ~2**-70
+    absolute error of v leaves r accurate to far below an ulp."""
+    u32, f32 = dtypes.uint32, dtypes.float32
+    exponent = magnitude_bits >> _u32(23)
+    exponent = _where(exponent < _u32(_PH_MIN_EXPONENT), _PH_MIN_EXPONENT, exponent)
+    mantissa = (magnitude_bits & _u32(0x7FFFFF)) | _u32(0x800000)
+    w0, w1, w2 = _window_of_two_over_pi(exponent)
+    digits = [w2 & _u32(0xFFFF), w2 >> _u32(16), w1 & _u32(0xFFFF), w1 >> _u32(16), w0 & _u32(0xFFFF), w0 >> _u32(16)]
+    m_hi, m_lo = mantissa >> _u32(12), mantissa & _u32(0xFFF)
+    high = [m_hi * d for d in digits]          # each weighs 2**(16j + 12): 4 bits in column j, the rest in j+1
+    p, carry = [], _u32(0)
+    for j, d in enumerate(digits):
+        column = m_lo * d + ((high[j] & _u32(15)) << _u32(12)) + carry
+        if j: column = column + (high[j - 1] >> _u32(4))
+        p.append(column & _u32(0xFFFF))
+        carry = column >> _u32(16)
+    top = (p[5] + _u32(0x2000)) & _u32(0xFFFF)           # + half a quadrant (2**93 of P)
+    quadrant = top >> _u32(14)
+    # v = (top % 2**14 - 2**13) * 2**-14 + p4 * 2**-30 + p3 * 2**-46 + p2 * 2**-62 (p1, p0: < 2**-78)
+    t1 = (_small_uint_to_float(top & _u32(0x3FFF)) - _c(f32, 8192.0)) * _c(f32, 2.0 ** -14)
+    s1, e1 = _two_sum(t1, _small_uint_to_float(p[4]) * _c(f32, 2.0 ** -30))
+    v_hi, e2 = _two_sum(s1, _small_uint_to_float(p[3]) * _c(f32, 2.0 ** -46))
+    v_lo = e1 + e2 + _small_uint_to_float(p[2]) * _c(f32, 2.0 ** -62)
+    r_hi = v_hi * _c(f32, _PIO2_F32_HI + _PIO2_F32_LO)
+    a1 = (v_hi.bitcast(u32) & _u32(0xFFFFF000)).bitcast(f32)     # v_hi's top 12 significant bits
+    a2 = v_hi - a1
+    product_error = ((a1 * _c(f32, _PIO2_F32_HI) - r_hi) + a1 * _c(f32, _PIO2_F32_LO) + a2 * _c(f32, _PIO2_F32_HI)) + \
+        a2 * _c(f32, _PIO2_F32_LO)
+    r_lo = product_error + (v_hi * _c(f32, _PIO2_F32_RES) + v_lo * _c(f32, _PIO2_F32_HI + _PIO2_F32_LO))
+    return quadrant, r_hi, r_lo
+
+def _blend(cond: UOp, a: UOp, b: UOp) -> UOp:
+    """cond ? a : b for computed floats a, b, on the bits (a select between two computed floats would
+    stop gcc from vectorizing, see the module docstring)."""
+    idt = _BITS[a.dtype][0]
+    a_bits, b_bits = a.bitcast(idt), b.bitcast(idt)
+    return (b_bits ^ ((a_bits ^ b_bits) & _where(cond, -1, 0, idt))).bitcast(a.dtype)
+
+def _reduce_cody_waite(xs: UOp) -> tuple[UOp, UOp, UOp]:
+    """(quadrant as an int 0..3, r, r_lo), x = quadrant*pi/2 + r + r_lo (mod 2*pi), by Cody-Waite:
+    exact while q < 2**16 (float32) / 2**30 (float64), see _PIO2_*."""
+    dt = xs.dtype
     idt = _BITS[dt][0]
-    f32 = dt == dtypes.float32
-    pio2, sc, cc, rmax = (_PIO2_F32, _SIN_F32, _COS_F32, 0.9) if f32 else (_PIO2_F64, _SIN_F64, _COS_F64, 0.8)
-    bad = _isnan(x) | x.eq(_c(dt, math.inf)) | x.eq(_c(dt, -math.inf))
-    xs = _where(bad, 0.0, x)
+    pio2 = _PIO2_F32 if dt == dtypes.float32 else _PIO2_F64
     y = xs * _c(dt, 2.0 / math.pi)
     # q = round(y), with y clamped to where _round works (far outside the exact range anyway)
     limit = 2.0 ** (_BITS[dt][1] - 1) - 1.0
@@ -275,8 +409,45 @@ def xsin(x: UOp) -> UOp:
             r, err = _two_sum(r, -(q * _c(dt, c)))
             r_lo = r_lo + err
         else: r_lo = r_lo - q * _c(dt, c)
-    # In range |r| <= rmax and |r_lo| is a few ulp of r (+ q*last piece, tiny). Only |x| far outside
-    # the exact range (where r is inaccurate anyway) breaks that: clamp both to keep sin in [-1, 1].
+    return quadrant, r, r_lo
+
+def _reduce_f32(xs: UOp) -> tuple[UOp, UOp, UOp]:
+    """(quadrant, r, r_lo) for every finite float32: Cody-Waite below 2**16, Payne-Hanek from there.
+    Both run on every lane (a branch would stop vectorization) and the result is picked per lane."""
+    q_cw, r_cw, r_lo_cw = _reduce_cody_waite(xs)
+    bits = xs.bitcast(dtypes.uint32)
+    magnitude_bits = bits & _u32(0x7FFFFFFF)
+    q_ph, r_ph, r_lo_ph = _payne_hanek_f32(magnitude_bits)
+    # sin(-x) = -sin(x): a negative x's reduction is the negated reduction of |x|
+    negative = _u32(0) < (bits >> _u32(31))
+    flip = _where(negative, -1, 0, dtypes.int32)
+    q_ph = ((q_ph.bitcast(dtypes.int32) ^ flip) - flip) & _c(dtypes.int32, 3)
+    sign = _where(negative, -(2 ** 31), 0, dtypes.int32)
+    r_ph = (r_ph.bitcast(dtypes.int32) ^ sign).bitcast(dtypes.float32)
+    r_lo_ph = (r_lo_ph.bitcast(dtypes.int32) ^ sign).bitcast(dtypes.float32)
+    big = _u32((_PH_MIN_EXPONENT << 23) - 1) < magnitude_bits
+    return _where(big, q_ph, q_cw), _blend(big, r_ph, r_cw), _blend(big, r_lo_ph, r_lo_cw)
+
+def xsin(x: UOp, quarter_turns: int = 0) -> UOp:
+    """sin(x + quarter_turns*pi/2) for a float32 or float64 UOp: sin(x), and cos(x) with
+    quarter_turns=1, whose reduction is the same graph (built twice, shared by hash-consing).
+
+    x = quadrant*pi/2 + r + r_lo (float32: see _reduce_f32, exact for every finite x; float64:
+    Cody-Waite, exact for |x| < ~1.6e9), then by the quadrant mod 4 (two's complement low bits, so
+    negative quadrants work too): sin(r), cos(r), -sin(r), -cos(r), with r_lo entering to first order
+    (sin(r+r_lo) ~ sin(r) + r_lo*cos(r), cos(r+r_lo) ~ cos(r) - r_lo*r). Infinite and NaN x are
+    computed as 0 and give NaN; sin(+-0) returns x. Works on kernel and tensor graphs alike (the
+    constants carry no device or shape): Tensor.cos and Tensor.tan call it directly."""
+    dt = x.dtype
+    idt = _BITS[dt][0]
+    f32 = dt == dtypes.float32
+    sc, cc, rmax = (_SIN_F32, _COS_F32, 0.9) if f32 else (_SIN_F64, _COS_F64, 0.8)
+    bad = _isnan(x) | x.eq(_c(dt, math.inf)) | x.eq(_c(dt, -math.inf))
+    xs = _where(bad, 0.0, x)
+    quadrant, r, r_lo = _reduce_f32(xs) if f32 else _reduce_cody_waite(xs)
+    if quarter_turns: quadrant = quadrant + _c(idt, quarter_turns)
+    # In range |r| <= rmax and |r_lo| is a few ulp of r (+ q*last piece, tiny). Only float64 |x| far
+    # outside the exact range (where r is inaccurate anyway) breaks that: clamp both to keep sin in [-1, 1].
     lo_max = 2.0 ** -20 if f32 else 2.0 ** -49
     r = _where(r < _c(dt, -rmax), -rmax, r)
     r = _where(_c(dt, rmax) < r, rmax, r)
@@ -294,7 +465,8 @@ def xsin(x: UOp) -> UOp:
     sign_bit, zero = -(2 ** (idt.itemsize * 8 - 1)), x.eq(_c(dt, 0.0))
     bits = sin_b ^ ((sin_b ^ cos_b) & _where((quadrant & _c(idt, 1)).ne(_c(idt, 0)), -1, 0, idt))
     bits = bits ^ _where((quadrant & _c(idt, 2)).ne(_c(idt, 0)), sign_bit, 0, idt)
-    bits = (bits & _where(zero, ~sign_bit, -1, idt)) | (x.bitcast(idt) & _where(zero, sign_bit, 0, idt))
+    if quarter_turns == 0:
+        bits = (bits & _where(zero, ~sign_bit, -1, idt)) | (x.bitcast(idt) & _where(zero, sign_bit, 0, idt))
     return bits.bitcast(dt) * _where(bad, math.nan, 1.0, dt)
 
 # ---------------------------------------------------------------- the rewrite
@@ -310,10 +482,23 @@ def _decompose(fn):
         return None
     return rewrite
 
-pm_transcendental = PatternMatcher([
+def _exp(u: UOp, x: UOp, log2e: UOp) -> UOp | None:
+    """EXP2(x * log2 e), the front end's e**x, as xexp(x) (see pm_exp)."""
+    if u.dtype.count != 1 or x.dtype != u.dtype or log2e.arg != _LOG2E[u.dtype]: return None
+    return xexp(x)
+
+# e**x: EXP2(x * log2 e), with log2 e exactly as the dtype holds it (Tensor.exp builds that), in
+# float32/float64 (Tensor.exp widens float16/bfloat16 to float32 first).
+pm_exp = PatternMatcher([
+    (UPat(Ops.EXP2, dtype=_NATIVE, src=(UPat(Ops.MUL, src=[UPat.var("x"), UPat.cvar("log2e")]),), name="u"), _exp)])
+
+pm_transcendental = pm_exp + PatternMatcher([
     (UPat(op, dtype=_NATIVE + _WIDENED, src=(UPat.var("x"),), name="u"), _decompose(fn))
     for op, fn in ((Ops.EXP2, xexp2), (Ops.LOG2, xlog2), (Ops.SIN, xsin))])
 
-def decompose_transcendentals(sink: UOp) -> UOp:
-    """Rewrite every scalar float EXP2/LOG2/SIN under ``sink`` into arithmetic (see the module docstring)."""
-    return graph_rewrite(sink, pm_transcendental)
+def decompose_transcendentals(sink: UOp, exp_only: bool = False) -> UOp:
+    """Rewrite every scalar float EXP2/LOG2/SIN under ``sink`` into arithmetic (see the module
+    docstring), recognizing EXP2(x * log2 e) as e**x (xexp). ``exp_only``: for renderers with native
+    transcendentals, rewrite only that e**x pattern (native exp2 can't recover the rounding of
+    x * log2 e); their EXP2/LOG2/SIN stay native."""
+    return graph_rewrite(sink, pm_exp if exp_only else pm_transcendental)

@@ -16,6 +16,8 @@ Rules (tinygrad 0.14's, plus guard rails where replaying would silently compute 
   and bound Variables. Unrealized inputs are realized first. On replay they must keep their shape,
   dtype, device, and view (a view such as ``x[2:6]`` or ``x.T`` of a realized buffer is replayed
   over the new buffer, so it must be the same view every call), else ``JitError``.
+  A bound Variable in an input's shape or view (``x[:v]``, ``x.shrink(((0, v),))``) is compared
+  unbound: any value of it replays the same capture, and returned tensors read back that call's length.
 - The same buffer passed as two inputs raises ``JitError`` (the capture can't tell them apart).
 - Outputs: the returned tensors are backed by the captured buffers and are the *same* tensors on
   every replay: call n+1 overwrites what call n returned (copy it, e.g. ``out.clone()``, to keep
@@ -127,13 +129,55 @@ def _check_no_duplicates(inputs: list[tuple[str, Any]], buffers: list[list[Buffe
                                f"buffer separately, so it can't serve both; pass a copy of one (x.clone())")
 
 def _signature(value: Any) -> InputSignature:
+    """What an input must keep between the capture and a replay. Sizes and views may hold bound
+    Variables: the signature has the unbound Variable, so a new value of it replays the same capture."""
     from fusegrad.tensor import Tensor
     if isinstance(value, Tensor):
+        shape = _map_uops(value.shape, _unbind)
         if isinstance(value.device, tuple):
             from fusegrad.schedule.multi import multi_axis
-            return InputSignature(value.shape, value.dtype, value.device, multi_axis(value.uop))
-        return InputSignature(value.shape, value.dtype, value.device, view=_view_of(value.uop))
+            return InputSignature(shape, value.dtype, value.device, multi_axis(value.uop))
+        return InputSignature(shape, value.dtype, value.device, view=_map_uops(_view_of(value.uop), _unbind))
     return InputSignature((), value.dtype, ("variable", value.src[0].arg))
+
+# ---------------------------------------------------------------- bound Variables in inputs and outputs
+
+def _map_uops(value: Any, fn: Callable[[UOp], UOp]) -> Any:
+    """``value`` (nested tuples of ints, ops and UOps: a shape or a view) with ``fn`` applied to every UOp."""
+    if isinstance(value, UOp): return fn(value)
+    if isinstance(value, tuple): return tuple(_map_uops(v, fn) for v in value)
+    return value
+
+def _unbind(u: UOp) -> UOp:
+    """``u`` with every bound Variable replaced by the Variable itself."""
+    binds = {b: b.src[0] for b in u.toposort if b.op is Ops.BIND}
+    return u.substitute(binds) if binds else u
+
+def _bound_values(value: Any) -> dict[UOp, int]:
+    """The value of every bound Variable in an input: a Variable itself, or one in a tensor's shape or view."""
+    from fusegrad.tensor import Tensor
+    found: dict[UOp, int] = {}
+    def collect(u: UOp) -> UOp:
+        for b in u.toposort:
+            if b.op is Ops.BIND: found[b.src[0]] = b.src[1].arg
+        return u
+    if isinstance(value, Tensor):
+        _map_uops(value.shape, collect)
+        node = value.uop
+        while node.op in GroupOp.Movement or node.op is Ops.MULTI:
+            _map_uops(node.arg, collect)
+            node = node.src[0]
+    elif isinstance(value, UOp): collect(value)
+    return found
+
+def _rebind(u: UOp, values: dict[UOp, int]) -> UOp:
+    """A view (movement ops over a buffer) with its bound Variables bound to ``values`` instead."""
+    def bind_again(x: UOp) -> UOp:
+        binds = {b: b.src[0].bind(values[b.src[0]]) for b in x.toposort if b.op is Ops.BIND and b.src[0] in values}
+        return x.substitute(binds) if binds else x
+    if u.op in GroupOp.Movement: return UOp(u.op, u.dtype, (_rebind(u.src[0], values),), _map_uops(u.arg, bind_again))
+    if u.op is Ops.MULTI: return u.replace(src=tuple(_rebind(s, values) for s in u.src))
+    return u
 
 def _describe(name: str, got: InputSignature, expected: InputSignature) -> str:
     if got.view != expected.view:
@@ -450,7 +494,7 @@ class TinyJit(Generic[ReturnType]):
         outputs, outputs_have_inputs = _output_template(result, input_tensors)
         if DEBUG >= 1: print(f"JIT captured {len(recorded)} kernels with {len(input_buffers)} inputs")
         self.captured = CapturedJit(recorded, input_slots, [(name, _signature(t)) for name, t in inputs], constants, outputs,
-                                    [v.src[0] for _, v in inputs if isinstance(v, UOp)], written_storage=written_storage,
+                                    list(dict.fromkeys(var for _, v in inputs for var in _bound_values(v))), written_storage=written_storage,
                                     outputs_have_inputs=outputs_have_inputs)
         # JIT=2: replay kernel by kernel, without the device graph
         self.captured.graph = _make_graph(recorded, input_buffers) if JIT < 2 else None
@@ -480,7 +524,9 @@ class TinyJit(Generic[ReturnType]):
             first_buffer.append(len(buffers))
             if bufs is None: buffers.append(None)
             else: buffers.extend(bufs)
-        used = captured.replay(buffers, {v.src[0]: v.src[1].arg for _, v in inputs if isinstance(v, UOp)})
+        var_vals = {var: val for _, value in inputs for var, val in _bound_values(value).items()}
+        used = captured.replay(buffers, var_vals)
+        if var_vals: _rebind_outputs(captured.outputs, var_vals)
         if not captured.outputs_have_inputs: return captured.outputs
         # a returned input whose buffer was copied (it is a previous output, which this call overwrote)
         # is returned as the copy: it holds the input's value, as the tensor passed in did before the call
@@ -489,6 +535,15 @@ class TinyJit(Generic[ReturnType]):
             if isinstance(t, Tensor) and used[index] is not buffers[index]: t = _tensor_over(used[index], t)
             returned_inputs.append(t if isinstance(t, Tensor) else None)
         return _resolve_outputs(captured.outputs, returned_inputs)
+
+def _rebind_outputs(outputs: Any, var_vals: dict[UOp, int]) -> None:
+    """Returned tensors whose shape has a bound Variable get this call's value of it, so they read
+    back exactly the elements this replay computed."""
+    from fusegrad.tensor import Tensor
+    def update(v: Any) -> Any:
+        if isinstance(v, Tensor): v.uop = _rebind(v.uop, var_vals)
+        return v
+    _map_structure(outputs, update)
 
 def _make_graph(items: list[ExecItem], input_buffers: list) -> Any:
     """A device graph that runs all captured kernels in one native call, when the device has one."""

@@ -4,11 +4,12 @@ keep ``GlobalCounters`` and the DEBUG output.
 ``capturing`` holds hooks (the JIT) that see every ExecItem as it runs.
 """
 from __future__ import annotations
-import concurrent.futures, dataclasses, os, time
+import atexit, collections, concurrent.futures, dataclasses, os, sys, time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from fusegrad.device import Device, Buffer, MallocAllocator
-from fusegrad.helpers import DEBUG, GlobalCounters, colored, ansilen
+from fusegrad.helpers import DEBUG, PROFILE, VIZ, GlobalCounters, colored, ansilen, ansistrip
+from fusegrad.viz import profile
 from fusegrad.uop.ops import UOp, Ops, sym_infer
 from fusegrad.renderer import ProgramSpec
 
@@ -25,7 +26,7 @@ class CompiledRunner(Runner):
         self.p = p
         device = Device[p.device]
         if DEBUG >= 4: print(p.src)
-        self.lib = precompiled if precompiled is not None else device.compiler.compile_cached(p.src)
+        self.lib = precompiled if precompiled is not None else _timed_compile(device.compiler, p.name, p.src)
         self._prg = device.runtime(p.name, self.lib)
         super().__init__(colored(p.name, "cyan" if p.name.startswith("r") else "blue"), p.device, p.op_estimate, p.mem_estimate)
     def __reduce__(self): return self.__class__, (self.p, self.lib)
@@ -88,8 +89,13 @@ class ExecItem:
     def run(self, var_vals: dict[UOp, int] | None = None, wait: bool = False, do_update_stats: bool = True) -> float | None:
         merged = {**self.var_vals, **(var_vals or {})}
         for b in self.bufs: b.ensure_allocated()
-        timed = wait or DEBUG >= 2
+        timed = wait or DEBUG >= 2 or bool(PROFILE)
+        start = profile.now() if PROFILE else 0.0
         elapsed = self.prg(self.bufs, merged, wait=timed)
+        if PROFILE:
+            kind = "kernel" if isinstance(self.prg, CompiledRunner) else "copy"
+            profile.record(ansistrip(self.prg.display_name).strip(), kind, start, elapsed if elapsed is not None else profile.now() - start,
+                           track=self.prg.device, buffers=len(self.bufs))
         if do_update_stats: _update_stats(self.prg, merged, elapsed, len(self.bufs))
         return elapsed
 
@@ -100,6 +106,7 @@ def _update_stats(prg: Runner, var_vals: dict[UOp, int], elapsed: float | None, 
     GlobalCounters.global_ops += int(ops) if isinstance(ops, int) else 0
     GlobalCounters.global_mem += int(mem) if isinstance(mem, int) else 0
     if elapsed is not None: GlobalCounters.time_sum_s += elapsed
+    if DEBUG >= 2 and elapsed is not None: kernel_times[ansistrip(prg.display_name).strip()].append(elapsed)
     if DEBUG >= 2 and elapsed is not None:
         name = prg.display_name + " " * max(0, 38 - ansilen(prg.display_name))
         rate = f"({ops/elapsed*1e-9:8.2f} GFLOPS {mem/elapsed*1e-9:7.2f} GB/s)" if elapsed > 0 and isinstance(ops, int) else ""
@@ -107,6 +114,55 @@ def _update_stats(prg: Runner, var_vals: dict[UOp, int], elapsed: float | None, 
               f"mem {GlobalCounters.mem_used/1e9:6.3f} GB tm {elapsed*1e6:9.2f}us/{GlobalCounters.time_sum_s*1e3:9.2f}ms {rate}")
 
 capturing: list[Callable[[ExecItem], None]] = []
+
+# ---------------------------------------------------------------- compile times and the DEBUG=2 summary
+
+kernel_times: collections.defaultdict[str, list[float]] = collections.defaultdict(list)   # name -> run times (DEBUG>=2)
+compile_times: dict[str, float] = {}   # kernel name -> seconds spent generating + compiling it (this process)
+
+def _timed_compile(compiler: Any, name: str, src: str) -> bytes:
+    """compile_cached, timed: the time goes to ``compile_times``, a PROFILE span and (DEBUG>=2) a line."""
+    start = time.perf_counter()
+    lib = compiler.compile_cached(src)
+    elapsed = time.perf_counter() - start
+    compile_times[name] = compile_times.get(name, 0.0) + elapsed
+    if PROFILE: profile.record(f"compile {name}", "compile", start, elapsed, track="compile")
+    if DEBUG >= 2: print(f"compile: {name:38s} {elapsed * 1e3:8.2f} ms")
+    return lib
+
+def debug_summary(top: int = 10) -> str:
+    """The DEBUG=2 exit summary: kernels by total run time, and the total compile time."""
+    lines = []
+    if kernel_times:
+        total = sum(sum(times) for times in kernel_times.values())
+        lines.append(f"summary: {sum(len(t) for t in kernel_times.values())} kernel runs, {total * 1e3:.2f} ms; top kernels by time:")
+        ranked = sorted(kernel_times.items(), key=lambda item: -sum(item[1]))[:top]
+        for name, times in ranked:
+            lines.append(f"  {name:38s} {len(times):6d} runs {sum(times) * 1e3:10.3f} ms {100 * sum(times) / max(total, 1e-12):5.1f}%")
+    if compile_times: lines.append(f"summary: compiled {len(compile_times)} kernels in {sum(compile_times.values()):.2f} s")
+    return "\n".join(lines)
+
+@atexit.register
+def _print_debug_summary() -> None:
+    if DEBUG >= 2 and (summary := debug_summary()): print(summary)
+
+class CompileProgress:
+    """A line on stderr while a batch of compiles has taken longer than ``after`` seconds
+    ("compiling 93 kernels ... 4.1 s"), redrawn in place on a terminal, printed once at the end otherwise."""
+    def __init__(self, total: int, after: float = 1.0):
+        self.total, self.after, self.done, self.start, self.shown = total, after, 0, time.perf_counter(), False
+        self.terminal = sys.stderr.isatty()
+    def line(self) -> str:
+        count = f"{self.done}/{self.total}" if self.done < self.total else f"{self.total}"
+        return f"compiling {count} kernels ... {time.perf_counter() - self.start:.1f} s"
+    def step(self) -> None:
+        self.done += 1
+        if self.terminal and time.perf_counter() - self.start > self.after:
+            print("\r" + self.line(), end="", file=sys.stderr, flush=True)
+            self.shown = True
+    def close(self) -> None:
+        if time.perf_counter() - self.start > self.after:
+            print(("\r" if self.shown else "") + self.line(), file=sys.stderr, flush=True)
 
 def lower_schedule_item(item) -> ExecItem:
     """Turn a ScheduleItem into an ExecItem (compiling its kernel if needed)."""
@@ -132,15 +188,22 @@ def precompile(schedule: list) -> None:
     if len(todo) < 2: return   # nothing to overlap: get_runner compiles it
     if _compile_pool is None: _compile_pool = concurrent.futures.ThreadPoolExecutor(max(1, os.cpu_count() or 1))
     pending = []
+    progress = CompileProgress(len(todo))
     for shared_key, (device, ast) in todo.items():
-        program = dataclasses.replace(get_program(ast, Device[device].renderer), device=device)
-        pending.append((shared_key, program, _compile_pool.submit(Device[device].compiler.compile_cached, program.src)))
+        with profile.span("codegen", "codegen"):
+            program = dataclasses.replace(get_program(ast, Device[device].renderer), device=device)
+        pending.append((shared_key, program, _compile_pool.submit(_timed_compile, Device[device].compiler, program.name, program.src)))
     for shared_key, program, lib in pending:
         method_cache[shared_key] = CompiledRunner(program, precompiled=lib.result())
+        progress.step()
+    progress.close()
 
 def run_schedule(schedule: list, var_vals: dict[UOp, int] | None = None, do_update_stats: bool = True) -> None:
     """Run every item in order."""
     if DEBUG >= 1 and schedule: print(f"realize: running {len(schedule)} kernel{'s' if len(schedule) != 1 else ''}")
+    if VIZ and schedule:
+        from fusegrad.viz import trace
+        trace.record_schedule(schedule)
     precompile(schedule)
     for item in schedule:
         exec_item = lower_schedule_item(item)

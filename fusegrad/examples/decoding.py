@@ -16,8 +16,8 @@ def add_generation_args(parser, prompt_help: str) -> None:
     parser.add_argument("--prompt", default=None, help=prompt_help)
     parser.add_argument("--tokens", default=None, help="prompt as comma-separated token ids, e.g. 1,2,3")
     parser.add_argument("--count", type=int, default=10, help="number of tokens to generate")
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed for the weights and the sampling")
 
 def random_model(model_class, config, seed: int = 0):
     """A model with the layers' default random initialization (for trying the code without a checkpoint)."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse, importlib.util, json, math, os
 from dataclasses import dataclass
 import numpy as np
+from fusegrad import examples
 from fusegrad import Tensor, dtypes, nn
 from fusegrad.nn.state import safe_load, load_state_dict
 
@@ -207,7 +208,7 @@ class SentenceEmbedder:
         return self.embed_tokens(*self.tokenize(sentences))
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = examples.parser(__doc__.split("\n")[0])
     parser.add_argument("sentences", nargs="+", help="the sentences to embed")
     args = parser.parse_args(argv)
     embeddings = SentenceEmbedder()(args.sentences)
@@ -220,4 +221,4 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{i:>{width}d}  " + "".join(f"{v:8.4f}" for v in row) + f"   {args.sentences[i]}")
 
 if __name__ == "__main__":
-    main()
+    examples.run(main, "fusegrad.examples.embed")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse, json, os, time
 from dataclasses import dataclass
 import numpy as np
+from fusegrad import examples
 from fusegrad.examples import decoding
 from fusegrad import Tensor, TinyJit, Variable, Device, dtypes, nn
 from fusegrad.nn.state import safe_load, load_state_dict, get_state_dict
@@ -64,9 +65,9 @@ class Attention:
             self.cache_kv = Tensor.zeros(2, bsz, self.max_context, self.n_heads, self.head_dim, dtype=x.dtype).contiguous().realize()
         # write this chunk's keys/values at [start_pos, start_pos + seqlen). realize() now: the reads
         # below must see the write, and inside the JIT this becomes one of the captured kernels
-        self.cache_kv.shrink((None, None, (start_pos, start_pos + seqlen), None, None)).assign(Tensor.stack(xk, xv)).realize()
+        self.cache_kv[:, :, start_pos:start_pos + seqlen].assign(Tensor.stack(xk, xv)).realize()
         # every key/value so far; with a bound Variable start_pos this length is symbolic
-        keys, values = [self.cache_kv[i].shrink((None, (0, start_pos + seqlen), None, None)) for i in range(2)]
+        keys, values = self.cache_kv[0, :, :start_pos + seqlen], self.cache_kv[1, :, :start_pos + seqlen]
 
         # (bsz, heads, seq, head_dim) for attention, then back to (bsz, seq, dim)
         xq, keys, values = xq.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2)
@@ -112,7 +113,7 @@ class Transformer:
         logits. Also writes these positions' keys/values into every layer's cache."""
         bsz, seqlen = tokens.shape
         # the position embeddings are just rows of wpe: slice them (symbolic when start_pos is a Variable)
-        pos_emb = self.wpe.weight.shrink(((start_pos, start_pos + seqlen), None))
+        pos_emb = self.wpe.weight[start_pos:start_pos + seqlen]
         h = self.wte(tokens) + pos_emb
         # a chunk of several tokens needs a causal mask: query i (at position start_pos + i) sees keys
         # 0 .. start_pos + i. A single token sees every cached key, so it needs none.
@@ -191,23 +192,26 @@ def random_model(config: GPT2Config, seed: int = 0) -> "Transformer":
 
 generate = decoding.generate   # prefill + jitted decode loop, shared with the other examples
 
-def _tokenizer():
-    """tiktoken's GPT-2 BPE if the package is installed (it's optional), else None."""
-    try:
-        import tiktoken
-        return tiktoken.get_encoding("gpt2")
-    except Exception: return None
+def _tokenizer(required: bool = False):
+    """tiktoken's GPT-2 BPE if the package is installed (it's optional), else None. tiktoken downloads its BPE
+    file on first use: when the tokenizer is ``required`` (a ``--prompt``), that failure is reported as it is."""
+    try: import tiktoken
+    except ImportError: return None
+    try: return tiktoken.get_encoding("gpt2")
+    except Exception as error:
+        if required: raise examples.ExampleError(f"--prompt: tiktoken could not load the GPT-2 tokenizer: {error}") from error
+        return None   # only used to print the generated text
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="GPT-2 text generation with fusegrad")
+    parser = examples.parser("GPT-2 text generation with fusegrad")
     parser.add_argument("--weights", help="HF GPT-2 model.safetensors")
     parser.add_argument("--random", action="store_true", help="random weights instead of a checkpoint")
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=2, help="transformer blocks (with --random)")
+    parser.add_argument("--dim", type=int, default=64, help="model width (with --random)")
     parser.add_argument("--heads", type=int, default=None,
                         help="attention heads (default: 4 with --random; config.json beside the weights, else dim // 64)")
-    parser.add_argument("--vocab", type=int, default=128)
-    parser.add_argument("--context", type=int, default=1024)
+    parser.add_argument("--vocab", type=int, default=128, help="vocabulary size (with --random)")
+    parser.add_argument("--context", type=int, default=1024, help="KV-cache length (longest prompt + output)")
     decoding.add_generation_args(parser, "text prompt (needs the tiktoken package)")
     args = parser.parse_args()
 
@@ -217,7 +221,7 @@ def main() -> None:
     elif args.weights: model = load_weights(args.weights, args.heads)
     else: parser.error("give --weights PATH or --random")
 
-    enc = _tokenizer()
+    enc = _tokenizer(required=args.prompt is not None)
     if args.tokens: prompt = [int(t) for t in args.tokens.split(",")]
     elif args.prompt is not None:
         if enc is None: parser.error("--prompt needs the tiktoken package; pass token ids with --tokens 1,2,3 instead")
@@ -234,4 +238,4 @@ def main() -> None:
     if steady: print(f"{total:.2f} s total, decode {1e3 * sum(steady) / len(steady):.2f} ms/token (after JIT capture)")
 
 if __name__ == "__main__":
-    main()
+    examples.run(main, "fusegrad.examples.gpt2")

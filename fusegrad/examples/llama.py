@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse, glob, json, os, time
 from dataclasses import dataclass
 import numpy as np
+from fusegrad import examples
 from fusegrad.examples import decoding
 from fusegrad import Tensor, TinyJit, Variable, Device, dtypes, nn
 from fusegrad.nn.state import safe_load, gguf_load, load_state_dict, get_state_dict
@@ -89,9 +90,9 @@ class Attention:
         if not hasattr(self, "cache_kv") or self.cache_kv.shape[1] != bsz:
             self.cache_kv = Tensor.zeros(2, bsz, self.max_context, self.n_kv_heads, self.head_dim, dtype=x.dtype).contiguous().realize()
         # write this chunk at [start_pos, start_pos + seqlen) now (inside the JIT: a captured kernel)
-        self.cache_kv.shrink((None, None, (start_pos, start_pos + seqlen), None, None)).assign(Tensor.stack(xk, xv)).realize()
+        self.cache_kv[:, :, start_pos:start_pos + seqlen].assign(Tensor.stack(xk, xv)).realize()
         # all keys/values so far; symbolic length when start_pos is a bound Variable
-        keys, values = [self.cache_kv[i].shrink((None, (0, start_pos + seqlen), None, None)) for i in range(2)]
+        keys, values = self.cache_kv[0, :, :start_pos + seqlen], self.cache_kv[1, :, :start_pos + seqlen]
 
         # (bsz, heads, seq, head_dim); enable_gqa lets each key/value head serve its group of query heads
         xq, keys, values = xq.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2)
@@ -140,7 +141,7 @@ class Transformer:
         logits. Also writes these positions' keys/values into every layer's cache."""
         bsz, seqlen = tokens.shape
         # the rotation angles of these positions (a symbolic slice when start_pos is a Variable)
-        cos, sin = [t.shrink(((start_pos, start_pos + seqlen), None)) for t in (self.freqs_cos, self.freqs_sin)]
+        cos, sin = self.freqs_cos[start_pos:start_pos + seqlen], self.freqs_sin[start_pos:start_pos + seqlen]
         mask = None
         if seqlen > 1:   # query i (position start_pos + i) sees keys 0 .. start_pos + i
             if isinstance(start_pos, UOp): raise ValueError("a symbolic start_pos is only supported for single-token steps")
@@ -274,16 +275,16 @@ def _tokenizer(path: str | None):
     except Exception: return None
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="LLaMA text generation with fusegrad")
+    parser = examples.parser("LLaMA text generation with fusegrad")
     parser.add_argument("--weights", help="HF checkpoint: a .safetensors file or a directory (config.json + shards)")
     parser.add_argument("--gguf", help="a llama.cpp .gguf file")
     parser.add_argument("--random", action="store_true", help="random weights instead of a checkpoint")
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--kv-heads", type=int, default=2)
-    parser.add_argument("--hidden", type=int, default=None, help="feed-forward width (default 8/3 * dim rounded to 32)")
-    parser.add_argument("--vocab", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=2, help="transformer blocks (with --random)")
+    parser.add_argument("--dim", type=int, default=64, help="model width (with --random)")
+    parser.add_argument("--heads", type=int, default=4, help="attention heads (with --random)")
+    parser.add_argument("--kv-heads", type=int, default=2, help="key/value heads, grouped-query attention (with --random)")
+    parser.add_argument("--hidden", type=int, default=None, help="feed-forward width (None: 8/3 * dim rounded to 32)")
+    parser.add_argument("--vocab", type=int, default=128, help="vocabulary size (with --random)")
     parser.add_argument("--context", type=int, default=1024, help="KV-cache length")
     decoding.add_generation_args(parser, "text prompt (needs the tokenizers package and tokenizer.json)")
     args = parser.parse_args()
@@ -313,4 +314,4 @@ def main() -> None:
     if steady: print(f"{total:.2f} s total, decode {1e3 * sum(steady) / len(steady):.2f} ms/token (after JIT capture)")
 
 if __name__ == "__main__":
-    main()
+    examples.run(main, "fusegrad.examples.llama")

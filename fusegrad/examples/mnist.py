@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse, time
 from typing import Callable
 import numpy as np
+from fusegrad import examples
 from fusegrad import Tensor, TinyJit, nn
 from fusegrad.nn.optim import Adam
 from fusegrad.nn.state import get_parameters
@@ -61,14 +62,11 @@ def train(X_train: Tensor, Y_train: Tensor, steps: int = 70, batch: int = 512, s
         optimizer.step()
         return loss.realize()
 
-    try: from tqdm import trange
-    except ImportError: trange = range   # the progress bar is optional
-    progress = trange(steps) if not quiet else range(steps)
+    progress = examples.StepProgress(steps, quiet)
     losses: list[float] = []
     for step in progress:
         losses.append(train_step().item())
-        if hasattr(progress, "set_description"): progress.set_description(f"loss {losses[-1]:6.3f}")
-        elif not quiet and (step % 10 == 0 or step == steps - 1): print(f"step {step:4d}  loss {losses[-1]:.4f}")
+        if progress.bar is not None or step % 10 == 0 or step == steps - 1: progress.describe(f"step {step:4d}  loss {losses[-1]:.4f}")
     return model, losses
 
 def main(path: str | None = None, steps: int = 70, batch: int = 512, seed: int = 0, lr: float = 1e-3,
@@ -83,12 +81,12 @@ def main(path: str | None = None, steps: int = 70, batch: int = 512, seed: int =
     return accuracy
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--path", default=None, help="directory with the four MNIST IDX files (default: $MNIST_PATH, else download)")
-    parser.add_argument("--steps", type=int, default=70)
-    parser.add_argument("--batch", type=int, default=512)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser = examples.parser(__doc__.split("\n")[0])
+    parser.add_argument("--path", default=None, help="directory with the four MNIST IDX files (None: $MNIST_PATH, else download)")
+    parser.add_argument("--steps", type=int, default=70, help="training steps")
+    parser.add_argument("--batch", type=int, default=512, help="images per step")
+    parser.add_argument("--seed", type=int, default=0, help="random seed")
+    parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate")
     parser.add_argument("--fashion", action="store_true", help="Fashion-MNIST instead of the digits")
     args = parser.parse_args()
-    main(args.path, args.steps, args.batch, args.seed, args.lr, args.fashion)
+    examples.run(lambda: main(args.path, args.steps, args.batch, args.seed, args.lr, args.fashion), "fusegrad.examples.mnist")

@@ -25,7 +25,7 @@ def _check_reduction(reduction: str) -> None:
     if reduction not in REDUCTIONS: raise ValueError(f"reduction={reduction!r} must be one of {REDUCTIONS}")
 
 def _check_label_smoothing(label_smoothing: float) -> None:
-    if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"label_smoothing={label_smoothing} must be in [0.0, 1.0]")
+    if not 0.0 <= label_smoothing <= 1.0: raise RuntimeError(f"label_smoothing={label_smoothing} must be in [0.0, 1.0]")
 
 def _check_index_dtype(Y: "Tensor", what: str) -> None:
     dtypes = _dtypes()
@@ -48,7 +48,7 @@ class FunctionalMixin:
             return self.cast(dtype).linear(weight.cast(dtype), bias.cast(dtype) if bias is not None else None)
         if weight.ndim == 1:
             if self.ndim == 0 or self.shape[-1] != weight.shape[0]:
-                raise RuntimeError(f"linear with a 1-d weight needs x.shape[-1] == {weight.shape[0]}, got x of shape {self.shape}")
+                raise IndexError(f"linear with a 1-d weight needs x.shape[-1] == {weight.shape[0]}, got x of shape {self.shape}")
             x = self.mul(weight)
         else: x = self.dot(weight)
         return x.add(bias) if bias is not None else x
@@ -118,9 +118,9 @@ class FunctionalMixin:
         if classes.dtype != self.dtype: classes = classes.cast(self.dtype)
         return self == classes.reshape((num_classes,) + (1,) * offset)
 
-    def one_hot(self: "Tensor", num_classes: int = -1) -> "Tensor":
+    def one_hot(self: "Tensor", num_classes: int | None = None) -> "Tensor":
         """A new last axis of size ``num_classes`` holding 1 at each index (int32, like tinygrad).
-        With ``num_classes=-1`` it is ``max + 1`` (this reads the values, so it realizes the input and
+        Left out, it is ``max + 1`` (this reads the values, so it realizes the input and
         checks that no index is negative). With an explicit ``num_classes``, indices outside
         [0, num_classes) are not checked and give a row of zeros.
 
@@ -129,9 +129,9 @@ class FunctionalMixin:
         """
         dtypes = _dtypes()
         if not dtypes.is_int(self.dtype): raise RuntimeError(f"one_hot needs an integer tensor, got {self.dtype}")
-        if not isinstance(num_classes, int) or num_classes < -1:
-            raise ValueError(f"num_classes must be a non-negative int or -1, got {num_classes!r}")
-        if num_classes == -1:
+        if num_classes is not None and (not isinstance(num_classes, int) or num_classes < 0):
+            raise ValueError(f"num_classes must be a non-negative int (or left out to infer it), got {num_classes!r}")
+        if num_classes is None:
             if self.numel() == 0: raise RuntimeError("one_hot can't infer the number of classes from an empty tensor")
             Tensor = _tensor_cls()
             low, high = Tensor.stack(self.min().cast(dtypes.int64), self.max().cast(dtypes.int64)).tolist()
@@ -157,7 +157,7 @@ class FunctionalMixin:
         for name, t in (("query", self), ("key", key), ("value", value)):
             if t.ndim < 2: raise ValueError(f"scaled_dot_product_attention needs at least 2-d tensors, {name} has shape {t.shape}")
         if self.shape[-1] != key.shape[-1]:
-            raise ValueError(f"query and key must share the embedding size, got {self.shape} and {key.shape}")
+            raise RuntimeError(f"query and key must share the embedding size, got {self.shape} and {key.shape}")
         if key.shape[-2] != value.shape[-2]:
             raise ValueError(f"key and value must have the same sequence length, got {key.shape} and {value.shape}")
         if enable_gqa:
@@ -219,8 +219,9 @@ class FunctionalMixin:
         _check_label_smoothing(label_smoothing)
         _check_reduction(reduction)
         _check_index_dtype(Y, "sparse_categorical_crossentropy")
+        if not _dtypes().is_int(Y.dtype): raise RuntimeError(f"sparse_categorical_crossentropy needs integer class indices, got a {Y.dtype} tensor")
         if self.ndim == 0 or tuple(Y.shape) != tuple(self.shape[:-1]):
-            raise ValueError(f"sparse_categorical_crossentropy needs Y of shape {self.shape[:-1]} for logits {self.shape}, got {Y.shape}")
+            raise IndexError(f"sparse_categorical_crossentropy needs Y of shape {self.shape[:-1]} for logits {self.shape}, got {Y.shape}")
         log_probs = self.log_softmax()
         loss_mask = Y != ignore_index
         y = Y.reshape(-1, 1)._one_hot_along_dim(num_classes=self.shape[-1]).mul(loss_mask.reshape(-1, 1)).reshape(*Y.shape, self.shape[-1])
@@ -293,5 +294,5 @@ def _as_target(x: "Tensor", Y: Any, what: str) -> "Tensor":
     Tensor = _tensor_cls()
     if not isinstance(Y, Tensor): Y = Tensor(Y, device=x.device, dtype=x.dtype)
     try: from fusegrad.tensor import _broadcast_shape; _broadcast_shape(x.shape, Y.shape)
-    except ValueError: raise ValueError(f"{what}: target shape {Y.shape} doesn't broadcast with input shape {x.shape}") from None
+    except IndexError: raise IndexError(f"{what}: target shape {Y.shape} doesn't broadcast with input shape {x.shape}") from None
     return Y

@@ -163,12 +163,13 @@ def _check_int_index(index: Any, op: str) -> None:
 
 def _identity(op: str, dtype) -> Any:
     dtypes = _dt()
-    return {"add": 0, "mul": 1, "max": dtypes.min(dtype)}[op]
+    value = {"add": 0, "mul": 1, "max": dtypes.min(dtype)}[op]
+    return bool(value) if dtype == dtypes.bool else value   # (an int literal would promote a bool pad to int32)
 
 def _nonneg_ints(xs: Sequence[Any], name: str, positive: bool = False) -> None:
     for v in xs:
         if not isinstance(v, int) or isinstance(v, bool) or v < int(positive):
-            raise ValueError(f"{name} must be {'positive' if positive else 'non-negative'} ints, got {tuple(xs)}")
+            raise RuntimeError(f"{name} must be {'positive' if positive else 'non-negative'} ints, got {tuple(xs)}")
 
 
 class ProcessingMixin:
@@ -189,7 +190,7 @@ class ProcessingMixin:
         _nonneg_ints(k_, "kernel size", True); _nonneg_ints(s_, "stride", True); _nonneg_ints(d_, "dilation", True)
         noop, i_ = [None] * (self.ndim - len(k_)), self.shape[-len(k_):] if k_ else ()
         for k, d, i in zip(k_, d_, i_):
-            if d * (k - 1) + 1 > i: raise ValueError(f"kernel {k_} (dilation {d_}) is larger than the input {tuple(i_)}")
+            if d * (k - 1) + 1 > i: raise RuntimeError(f"kernel {k_} (dilation {d_}) is larger than the input {tuple(i_)}")
         o_ = [ceildiv(i - d * (k - 1), s) for i, d, k, s in zip(i_, d_, k_, s_)]
         if any(k > s for k, s in zip(k_, s_)) or any(d != 1 for d in d_):
             # repeat the input so every window becomes a row of a reshaped view (no padding needed)
@@ -230,29 +231,29 @@ class ProcessingMixin:
         Tensor = _T()
         if not isinstance(weight, Tensor): raise TypeError(f"conv2d weight must be a Tensor, got {type(weight).__name__}")
         if self.ndim < 3 or self.ndim != weight.ndim:
-            raise ValueError(f"conv2d input {self.shape} and weight {weight.shape} must have the same number (>= 3) of dims")
+            raise RuntimeError(f"conv2d input {self.shape} and weight {weight.shape} must have the same number (>= 3) of dims")
         (bs, cin_), (cout, cin), HW = self.shape[:2], weight.shape[:2], weight.shape[2:]
-        if not isinstance(groups, int) or groups < 1: raise ValueError(f"groups must be a positive int, got {groups!r}")
+        if not isinstance(groups, int) or groups < 1: raise RuntimeError(f"groups must be a positive int, got {groups!r}")
         if groups * cin != cin_:
-            raise ValueError(f"input shape {self.shape} does not match the weight shape {weight.shape}: "
+            raise RuntimeError(f"input shape {self.shape} does not match the weight shape {weight.shape}: "
                              f"{cin_} input channels vs groups*weight channels {groups * cin}")
-        if cout % groups != 0: raise ValueError(f"output channels {cout} must be divisible by groups {groups}")
+        if cout % groups != 0: raise RuntimeError(f"output channels {cout} must be divisible by groups {groups}")
         if bias is not None and (not isinstance(bias, Tensor) or bias.shape != (cout,)):
-            raise ValueError(f"conv2d bias must have shape ({cout},), got {getattr(bias, 'shape', bias)}")
+            raise RuntimeError(f"conv2d bias must have shape ({cout},), got {getattr(bias, 'shape', bias)}")
         s_, d_ = _make_tuple(stride, len(HW), "stride"), _make_tuple(dilation, len(HW), "dilation")
         _nonneg_ints(s_, "stride", True); _nonneg_ints(d_, "dilation", True)
         if isinstance(padding, str):
             if padding == "valid": padding = 0
             elif padding == "same":
-                if any(s != 1 for s in s_): raise ValueError("padding='same' needs stride 1")
+                if any(s != 1 for s in s_): raise RuntimeError("padding='same' needs stride 1")
                 totals = [d * (k - 1) for d, k in zip(d_, HW)]
                 padding = _grouped_to_flat([(t // 2, t - t // 2) for t in totals])
-            else: raise ValueError(f"padding string must be 'same' or 'valid', got {padding!r}")
+            else: raise RuntimeError(f"padding string must be 'same' or 'valid', got {padding!r}")
         padding_ = self._resolve_pool_pads(padding, len(HW))
         x = padded = self.pad(padding_)
         for k, d, i in zip(HW, d_, x.shape[2:]):
             if d * (k - 1) + 1 > i:
-                raise ValueError(f"kernel {tuple(HW)} (dilation {d_}) is larger than the padded input {tuple(x.shape[2:])}")
+                raise RuntimeError(f"kernel {tuple(HW)} (dilation {d_}) is larger than the padded input {tuple(x.shape[2:])}")
         ret = _conv_windows_product(padded, weight, groups, tuple(HW), s_, d_, acc_dtype, dtype)
         if dtypes.is_float(ret.dtype):
             ret = _with_conv_gradient(ret, padded, weight, _ConvInputGradient(groups, tuple(HW), s_, d_, acc_dtype, dtype))
@@ -270,16 +271,16 @@ class ProcessingMixin:
         Tensor = _T()
         if not isinstance(weight, Tensor): raise TypeError(f"conv_transpose2d weight must be a Tensor, got {type(weight).__name__}")
         if self.ndim < 3 or self.ndim != weight.ndim:
-            raise ValueError(f"conv_transpose2d input {self.shape} and weight {weight.shape} must have the same number (>= 3) of dims")
-        if not isinstance(groups, int) or groups < 1: raise ValueError(f"groups must be a positive int, got {groups!r}")
+            raise RuntimeError(f"conv_transpose2d input {self.shape} and weight {weight.shape} must have the same number (>= 3) of dims")
+        if not isinstance(groups, int) or groups < 1: raise RuntimeError(f"groups must be a positive int, got {groups!r}")
         if self.shape[1] != weight.shape[0] or weight.shape[0] % groups != 0:
-            raise ValueError(f"input shape {self.shape} does not match the weight shape {weight.shape} with groups={groups}")
+            raise RuntimeError(f"input shape {self.shape} does not match the weight shape {weight.shape} with groups={groups}")
         HW = weight.shape[2:]
         s_, d_ = _make_tuple(stride, len(HW), "stride"), _make_tuple(dilation, len(HW), "dilation")
         op_ = _make_tuple(output_padding, len(HW), "output_padding")
         _nonneg_ints(s_, "stride", True); _nonneg_ints(d_, "dilation", True); _nonneg_ints(op_, "output_padding")
         for o, s, d in zip(op_, s_, d_):
-            if o >= max(s, d): raise ValueError(f"output_padding {op_} must be smaller than stride {s_} or dilation {d_}")
+            if o >= max(s, d): raise RuntimeError(f"output_padding {op_} must be smaller than stride {s_} or dilation {d_}")
         pads = _flat_to_grouped(self._resolve_pool_pads(padding, len(HW)))
         x = self
         w = weight.unflatten(0, (groups, -1)).transpose(1, 2).flip(*range(3, weight.ndim + 1)).flatten(0, 1)
@@ -311,7 +312,7 @@ class ProcessingMixin:
         pads = self._resolve_pool_pads(padding, len(k_))
         for (pB, pA), k in zip(_flat_to_grouped(pads), k_):
             if pB < 0 or pA < 0 or pB > k // 2 or pA > k // 2:
-                raise ValueError(f"{name} padding {padding!r} must be non-negative and at most half the kernel size {k_}")
+                raise RuntimeError(f"{name} padding {padding!r} must be non-negative and at most half the kernel size {k_}")
         return k_, s_, d_, pads
 
     def avg_pool2d(self: "Tensor", kernel_size: int | Sequence[int] = (2, 2), stride: Any = None, dilation: Any = 1, padding: Any = 0,
@@ -391,8 +392,9 @@ class ProcessingMixin:
         return red.transpose(axis, -1)
 
     def _split_cumalu(self: "Tensor", axis: int, op: str) -> "Tensor":
-        axis = self._resolve_dim(axis) if self.ndim else 0
-        if self.ndim == 0 or 0 in self.shape: return self
+        axis = self._resolve_dim(axis)   # a 0-d tensor takes axis 0 or -1 (IndexError otherwise, like tinygrad)
+        if self.ndim == 0 or 0 in self.shape:   # nothing to accumulate; the result still has the reduce's dtype
+            return self.cast(self.sum().dtype) if op == "add" else self
         SPLIT = 256
         s = self.shape[axis]
         if s <= SPLIT * 2: return self._cumalu(axis, op)
@@ -423,8 +425,8 @@ class ProcessingMixin:
 
     def _cum_extreme(self: "Tensor", axis: int, largest: bool) -> tuple["Tensor", "Tensor"]:
         Tensor, dtypes = _T(), _dt()
-        if self.ndim == 0: return self, Tensor.zeros((), dtype=dtypes.int32, device=self.device)
         axis = self._resolve_dim(axis)
+        if self.ndim == 0: return self, Tensor.zeros((), dtype=dtypes.int32, device=self.device)
         n = self.shape[axis]
         if n == 0: return self, self.cast(dtypes.int32)
         x = self.transpose(axis, -1)
@@ -465,10 +467,10 @@ class ProcessingMixin:
         [0.0, 0.6931]
         """
         Tensor, dtypes = _T(), _dt()
-        if self.ndim == 0: return self
         axis = self._resolve_dim(axis)
+        # a float result whatever the shape (tinygrad 0.14 returns a 0-d int tensor as it is; empty ones are float)
+        if self.ndim == 0 or self.shape[axis] == 0: return self._float()
         n = self.shape[axis]
-        if n == 0: return self
         x = self._float().transpose(axis, -1)
         m = x.detach()._cumalu(-1, "max")
         m = m.isinf().where(0, m)                                           # all -inf so far: no shift
@@ -484,7 +486,7 @@ class ProcessingMixin:
         [[1, 2], [0, 4]]
         """
         Tensor = _T()
-        if self.ndim < 2: raise ValueError(f"triu needs at least 2 dims, got shape {self.shape}")
+        if self.ndim < 2: raise RuntimeError(f"triu needs at least 2 dims, got shape {self.shape}")
         r, c = self.shape[-2], self.shape[-1]
         keep = Tensor.arange(r, device=self.device, requires_grad=False).unsqueeze(-1) + diagonal <= Tensor.arange(c, device=self.device, requires_grad=False)
         return keep.where(self, self._const(0, shape=()))
@@ -496,7 +498,7 @@ class ProcessingMixin:
         [[1, 0], [3, 4]]
         """
         Tensor = _T()
-        if self.ndim < 2: raise ValueError(f"tril needs at least 2 dims, got shape {self.shape}")
+        if self.ndim < 2: raise RuntimeError(f"tril needs at least 2 dims, got shape {self.shape}")
         r, c = self.shape[-2], self.shape[-1]
         drop = Tensor.arange(r, device=self.device, requires_grad=False).unsqueeze(-1) + diagonal + 1 <= Tensor.arange(c, device=self.device, requires_grad=False)
         return drop.where(self._const(0, shape=()), self)
@@ -522,7 +524,7 @@ class ProcessingMixin:
         [1, 4]
         """
         d1, d2 = self._resolve_dim(dim1), self._resolve_dim(dim2)
-        if d1 == d2: raise ValueError(f"diagonal dimensions cannot be identical: {dim1}, {dim2}")
+        if d1 == d2: raise RuntimeError(f"diagonal dimensions cannot be identical: {dim1}, {dim2}")
         rest = [d for d in range(self.ndim) if d not in (d1, d2)]
         x = self.permute(*rest, d1, d2)
         a, b = x.shape[-2], x.shape[-1]
@@ -542,11 +544,11 @@ class ProcessingMixin:
         [[2], [3]]
         """
         _check_int_index(index, "gather")
-        if index.ndim != self.ndim: raise ValueError(f"gather index must have the same number of dims as the input: {index.shape} vs {self.shape}")
+        if index.ndim != self.ndim: raise RuntimeError(f"gather index must have the same number of dims as the input: {index.shape} vs {self.shape}")
         dim = self._resolve_dim(dim) if self.ndim else 0
         if self.ndim == 0: return self.reshape(1).gather(0, index.reshape(1)).reshape(())
         for d, (s, i) in enumerate(zip(self.shape, index.shape)):
-            if d != dim and i > s: raise ValueError(f"gather index shape {index.shape} is larger than the input {self.shape} in dim {d}")
+            if d != dim and i > s: raise RuntimeError(f"gather index shape {index.shape} is larger than the input {self.shape} in dim {d}")
         index = index.to(self.device)
         x = self.shrink(tuple((0, i) if d != dim else None for d, i in enumerate(index.shape))).unsqueeze(-1).transpose(-1, dim)
         mask = _one_hot(index, self.shape[dim])
@@ -784,7 +786,7 @@ class ProcessingMixin:
             unknown = set(kwargs) - {"sorted"}
             if unknown: raise TypeError(f"topk got unexpected keyword arguments {sorted(unknown)}")
             sorted_ = kwargs["sorted"]
-        if not isinstance(k, int) or isinstance(k, bool): raise TypeError(f"topk k must be an int, got {k!r}")
+        if not isinstance(k, int) or isinstance(k, bool): raise RuntimeError(f"topk k must be an int, got {k!r}")
         dim = self._resolve_dim(dim) if self.ndim else 0
         size = self.shape[dim] if self.ndim else 1
         if not 0 <= k <= size: raise ValueError(f"topk k={k} is out of range for dim {dim} of size {size}")
@@ -802,12 +804,12 @@ class ProcessingMixin:
         [1, 1]
         """
         Tensor, dtypes = _T(), _dt()
-        if not 1 <= self.ndim <= 2: raise ValueError(f"multinomial needs a 1-d or 2-d tensor, got shape {self.shape}")
-        if not isinstance(num_samples, int) or num_samples <= 0: raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+        if not 1 <= self.ndim <= 2: raise RuntimeError(f"multinomial needs a 1-d or 2-d tensor, got shape {self.shape}")
+        if not isinstance(num_samples, int) or num_samples <= 0: raise RuntimeError(f"num_samples must be a positive int, got {num_samples!r}")
         weight = (self.unsqueeze(0) if self.ndim == 1 else self).float().detach()
         rows, n = weight.shape
         if not replacement and num_samples > n:
-            raise ValueError(f"can't take {num_samples} samples without replacement from {n} categories")
+            raise RuntimeError(f"can't take {num_samples} samples without replacement from {n} categories")
         if not replacement and num_samples > 1:
             # Efraimidis-Spirakis: the num_samples largest log2(u)/w (u uniform) are a sample without
             # replacement; the same draws as tinygrad's, so a seeded run picks the same indices
@@ -847,7 +849,7 @@ class ProcessingMixin:
         Tensor = _T()
         xs = argfix(*operands)
         if not isinstance(formula, str): raise TypeError(f"einsum formula must be a string, got {type(formula).__name__}")
-        if not xs or not all(isinstance(x, Tensor) for x in xs): raise TypeError("einsum needs Tensor operands")
+        if not xs or not all(isinstance(x, Tensor) for x in xs): raise ValueError("einsum needs Tensor operands")
         formula = formula.replace(" ", "")
         lhs, arrow, out = formula.partition("->")
         inputs = lhs.split(",")
@@ -861,9 +863,9 @@ class ProcessingMixin:
         for s, x in zip(inputs, xs):
             named = len(s.replace("...", ""))
             if "..." in s:
-                if x.ndim < named: raise ValueError(f"einsum operand {s!r} has more subscripts than dims {x.shape}")
+                if x.ndim < named: raise RuntimeError(f"einsum operand {s!r} has more subscripts than dims {x.shape}")
                 ell_counts.append(x.ndim - named)
-            elif x.ndim != named: raise ValueError(f"einsum operand {s!r} needs {named} dims, got shape {x.shape}")
+            elif x.ndim != named: raise RuntimeError(f"einsum operand {s!r} needs {named} dims, got shape {x.shape}")
         n_ell = max(ell_counts, default=0)
         ell = "".join(spare[:n_ell])
         inputs = [s.replace("...", ell[n_ell - (x.ndim - len(s.replace('...', ''))):] if "..." in s else "") for s, x in zip(inputs, xs)]
@@ -871,16 +873,16 @@ class ProcessingMixin:
         else:
             joined = "".join(inputs)
             output = ell + "".join(sorted(c for c in set(joined) if joined.count(c) == 1 and c not in ell))
-        if len(set(output)) != len(output): raise ValueError(f"einsum output {output!r} repeats a subscript")
+        if len(set(output)) != len(output): raise RuntimeError(f"einsum output {output!r} repeats a subscript")
         all_letters = set("".join(inputs))
         for c in output:
-            if c not in all_letters: raise ValueError(f"einsum output subscript {c!r} doesn't appear in the inputs")
+            if c not in all_letters: raise RuntimeError(f"einsum output subscript {c!r} doesn't appear in the inputs")
         # sizes per letter (size 1 broadcasts)
         sizes: dict[str, int] = {}
         for s, x in zip(inputs, xs):
             for c, n in zip(s, x.shape):
                 if c in sizes and sizes[c] != n and sizes[c] != 1 and n != 1:
-                    raise ValueError(f"einsum subscript {c!r} has mismatched sizes {sizes[c]} and {n}")
+                    raise RuntimeError(f"einsum subscript {c!r} has mismatched sizes {sizes[c]} and {n}")
                 if c not in sizes or sizes[c] == 1: sizes[c] = n
         letters = sorted(sizes)
         expanded = []
@@ -890,7 +892,7 @@ class ProcessingMixin:
                 c = next(c for c in s if s.count(c) > 1)
                 a = s.index(c)
                 b = s.index(c, a + 1)
-                if x.shape[a] != x.shape[b]: raise ValueError(f"einsum repeated subscript {c!r} needs equal sizes, got {x.shape}")
+                if x.shape[a] != x.shape[b]: raise RuntimeError(f"einsum repeated subscript {c!r} needs equal sizes, got {x.shape}")
                 x = x.diagonal(0, a, b)
                 s = s[:a] + s[a + 1:b] + s[b + 1:] + c
             order = sorted(range(len(s)), key=lambda k: s[k])
@@ -915,7 +917,7 @@ class ProcessingMixin:
         """
         Tensor, dtypes = _T(), _dt()
         if mode in ("bilinear", "trilinear"): mode = "linear"
-        if mode not in ("linear", "nearest", "nearest-exact"): raise ValueError(f"interpolate mode must be linear, bilinear, trilinear, nearest or nearest-exact, got {mode!r}")
+        if mode not in ("linear", "nearest", "nearest-exact"): raise NotImplementedError(f"interpolate mode must be linear, bilinear, trilinear, nearest or nearest-exact, got {mode!r}")
         if align_corners and mode != "linear": raise ValueError("align_corners can only be set with a linear mode")
         if size is None:
             if scale_factor is None: raise ValueError("interpolate needs size or scale_factor")
@@ -993,11 +995,11 @@ class ProcessingMixin:
         dim = self._resolve_dim(dim)
         n = self.shape[dim]
         if isinstance(sizes, int) and not isinstance(sizes, bool):
-            if sizes <= 0 and n: raise ValueError(f"split size must be positive, got {sizes}")
+            if sizes <= 0 and n: raise RuntimeError(f"split size must be positive, got {sizes}")
             sizes = [min(sizes, n - i) for i in range(0, max(1, n), max(1, sizes))]
         sizes = list(sizes)
         _nonneg_ints(sizes, "split sizes")
-        if sum(sizes) != n: raise ValueError(f"split sizes {sizes} must sum to the size {n} of dim {dim}")
+        if sum(sizes) != n: raise RuntimeError(f"split sizes {sizes} must sum to the size {n} of dim {dim}")
         offsets = list(itertools.accumulate(sizes, initial=0))
         return tuple(self.shrink(tuple((offsets[k], offsets[k + 1]) if d == dim else None for d in range(self.ndim))) for k in range(len(sizes)))
 
@@ -1007,7 +1009,7 @@ class ProcessingMixin:
         >>> [t.tolist() for t in Tensor([1, 2, 3]).chunk(2)]
         [[1, 2], [3]]
         """
-        if not isinstance(chunks, int) or chunks <= 0: raise ValueError(f"chunks must be a positive int, got {chunks!r}")
+        if not isinstance(chunks, int) or chunks <= 0: raise RuntimeError(f"chunks must be a positive int, got {chunks!r}")
         dim = self._resolve_dim(dim)
         n = self.shape[dim]
         return list(self.split(ceildiv(n, chunks) if n else [0] * chunks, dim=dim))
@@ -1018,13 +1020,13 @@ class ProcessingMixin:
         >>> Tensor([1, 2, 3, 4]).unfold(0, 2, 2).tolist()
         [[1, 2], [3, 4]]
         """
-        if not isinstance(size, int) or size < 0: raise ValueError(f"unfold size must be >= 0, got {size!r}")
-        if not isinstance(step, int) or step <= 0: raise ValueError(f"unfold step must be > 0, got {step!r}")
+        if not isinstance(size, int) or size < 0: raise RuntimeError(f"unfold size must be >= 0, got {size!r}")
+        if not isinstance(step, int) or step <= 0: raise RuntimeError(f"unfold step must be > 0, got {step!r}")
         if self.ndim == 0:
-            if size > 1: raise ValueError(f"unfold size {size} is larger than a 0-d tensor")
+            if size > 1: raise RuntimeError(f"unfold size {size} is larger than a 0-d tensor")
             return self.reshape(1)
         dim = self._resolve_dim(dim)
-        if size > self.shape[dim]: raise ValueError(f"unfold size {size} is larger than dim {dim} of size {self.shape[dim]}")
+        if size > self.shape[dim]: raise RuntimeError(f"unfold size {size} is larger than dim {dim} of size {self.shape[dim]}")
         perm = tuple(i for i in range(self.ndim) if i != dim) + (dim,)
         x = self.permute(perm)
         if size == 0:
@@ -1041,10 +1043,10 @@ class ProcessingMixin:
         [[[1], [2]], [[3], [3]]]
         """
         from fusegrad.tensor import _broadcast_shape
-        if indexing not in ("ij", "xy"): raise ValueError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
+        if indexing not in ("ij", "xy"): raise RuntimeError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
         tensors = (self, *args)
         for t in tensors:
-            if t.ndim > 1: raise ValueError(f"meshgrid needs 0-d or 1-d tensors, got shape {t.shape}")
+            if t.ndim > 1: raise RuntimeError(f"meshgrid needs 0-d or 1-d tensors, got shape {t.shape}")
         tensors = tuple(t.reshape(-1) if t.ndim == 0 else t for t in tensors)
         if len(tensors) == 1: return tensors
         basis = tuple(range(len(tensors))) if indexing == "ij" else (1, 0) + tuple(range(2, len(tensors)))
@@ -1059,11 +1061,11 @@ class ProcessingMixin:
         [3, 1, 2]
         """
         if dims is None:
-            if not isinstance(shifts, int): raise ValueError(f"roll without dims needs a single int shift, got {shifts!r}")
+            if not isinstance(shifts, int): raise RuntimeError(f"roll without dims needs a single int shift, got {shifts!r}")
             return self.flatten().roll(shifts, 0).reshape(self.shape)
         dims_t = (dims,) if isinstance(dims, int) else tuple(dims)
         shifts_t = (shifts,) if isinstance(shifts, int) else tuple(shifts)
-        if len(dims_t) != len(shifts_t): raise ValueError(f"roll needs as many shifts as dims, got {shifts!r} and {dims!r}")
+        if len(dims_t) != len(shifts_t): raise RuntimeError(f"roll needs as many shifts as dims, got {shifts!r} and {dims!r}")
         x = self
         for d, s in zip(dims_t, shifts_t):
             d = self._resolve_dim(d)
@@ -1105,12 +1107,12 @@ class ProcessingMixin:
         for n in ln + rn:
             if n != "..." and not (n.isidentifier() or n.isdigit()): raise ValueError(f"invalid axis name {n!r} in {formula!r}")
             if n.isdigit() and n != "1": raise ValueError(f"only 1 is allowed as a number in {formula!r}")
-        if len(set(ln)) != len(ln) or sorted(ln) != sorted(rn): raise ValueError(f"rearrange names must match on both sides (each once): {formula!r}")
+        if len(set(ln)) != len(ln) or sorted(ln) != sorted(rn): raise RuntimeError(f"rearrange names must match on both sides (each once): {formula!r}")
         for name in sizes:
             if name not in ln: raise ValueError(f"axis {name!r} is not used in {formula!r}")
         if any(isinstance(g, list) and "..." in g for g in lhs): raise ValueError(f"'...' can't be inside parentheses on the left: {formula!r}")
         if len(lhs) - ("..." in lhs) > self.ndim or ("..." not in lhs and len(lhs) != self.ndim):
-            raise ValueError(f"rearrange pattern {lhs_s.strip()!r} doesn't match shape {self.shape}")
+            raise IndexError(f"rearrange pattern {lhs_s.strip()!r} doesn't match shape {self.shape}")
         ell_len = self.ndim - (len(lhs) - 1) if "..." in lhs else 0
         ell_names = [f"...{j}" for j in range(ell_len)]
         def expand_ell(groups):
@@ -1129,7 +1131,7 @@ class ProcessingMixin:
                 real = [n for n in g if n != "1"]
                 known = prod(sizes[n] for n in real if n in sizes)
                 unknown = [n for n in real if n not in sizes]
-                if len(unknown) > 1: raise ValueError(f"can't infer the sizes of {unknown} in {formula!r}")
+                if len(unknown) > 1: raise RuntimeError(f"can't infer the sizes of {unknown} in {formula!r}")
                 if unknown:
                     if known == 0 or s % known: raise ValueError(f"dim of size {s} can't be split by {sizes} in {formula!r}")
                     sizes = {**sizes, unknown[0]: s // known}
@@ -1163,7 +1165,7 @@ class ProcessingMixin:
         [-5.0, -0.8]
         """
         Tensor, dtypes = _T(), _dt()
-        if self.ndim < 2: raise ValueError(f"qr needs at least 2 dims, got shape {self.shape}")
+        if self.ndim < 2: raise RuntimeError(f"qr needs at least 2 dims, got shape {self.shape}")
         if not dtypes.is_float(self.dtype): raise TypeError(f"qr needs a float tensor, got {self.dtype}")
         b_shape, m, n = self.shape[:-2], self.shape[-2], self.shape[-1]
         R = self
@@ -1193,7 +1195,7 @@ class ProcessingMixin:
         [3.0, 2.0]
         """
         Tensor, dtypes = _T(), _dt()
-        if self.ndim < 2: raise ValueError(f"svd needs at least 2 dims, got shape {self.shape}")
+        if self.ndim < 2: raise RuntimeError(f"svd needs at least 2 dims, got shape {self.shape}")
         if not dtypes.is_float(self.dtype): raise TypeError(f"svd needs a float tensor, got {self.dtype}")
         m, n = self.shape[-2], self.shape[-1]
         if m < n:

@@ -215,7 +215,7 @@ class LayerNorm:
 
     def __call__(self, x: Tensor) -> Tensor:
         if tuple(self.normalized_shape) != tuple(x.shape[-len(self.normalized_shape):]):
-            raise ValueError(f"last dimensions of {x.shape} must match {self.normalized_shape}")
+            raise RuntimeError(f"last dimensions of {x.shape} must match {self.normalized_shape}")
         x = x.layernorm(eps=self.eps, axis=self.axis)
         if not self.elementwise_affine: return x
         return x * self.weight + self.bias

@@ -30,6 +30,14 @@ def _stored(t: Tensor) -> Tensor:
     scheduler would otherwise recompute an unrealized gradient, a reduce, in each of them)."""
     return t if t.uop.base.op is Ops.BUFFER or t.uop.op is Ops.CONTIGUOUS else t.contiguous()
 
+def _check_hyperparameters(**values: float) -> None:
+    """ValueError (like tinygrad's and PyTorch's) for a negative lr, momentum, weight_decay or eps, or a
+    beta outside [0, 1): such an optimizer would silently diverge."""
+    for name, value in values.items():
+        if not isinstance(value, (int, float)): continue   # a Tensor lr is the caller's business
+        if name.startswith("b") and not 0.0 <= value < 1.0: raise ValueError(f"invalid {name}={value}: a beta must be in [0, 1)")
+        if value < 0: raise ValueError(f"invalid {name}={value}: it must be non-negative")
+
 class Optimizer:
     """Base class. ``params`` are deduplicated; a param whose ``requires_grad`` is None is switched
     to True, and those with ``requires_grad=False`` are kept as ``buffers`` (realized with each
@@ -143,6 +151,7 @@ class LARS(Optimizer):
     def __init__(self, params: list[Tensor], lr: float = 0.001, momentum: float = 0.9, weight_decay: float = 1e-4, ns_steps: int = 0,
                  ns_params: tuple | None = None, nesterov: bool = False, classic: bool = True, pre_wd: bool = True, tcoef: float = 0.001,
                  device: str | tuple | None = None, fused: bool = False):
+        _check_hyperparameters(lr=lr, momentum=momentum, weight_decay=weight_decay)
         super().__init__(params, lr, device, fused)
         self.momentum, self.wd, self.ns_steps, self.ns_params = momentum, weight_decay, ns_steps, ns_params
         self.nesterov, self.classic, self.pre_wd, self.tcoef = nesterov, classic, pre_wd, tcoef
@@ -217,6 +226,7 @@ class LAMB(Optimizer):
     """
     def __init__(self, params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
                  weight_decay: float = 0.0, adam: bool = False, device: str | tuple | None = None, fused: bool = False):
+        _check_hyperparameters(lr=lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
         super().__init__(params, lr, device, fused)
         self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
         self.b1_t, self.b2_t = (Tensor.ones((1,), dtype=dtypes.float32, device=self.device, requires_grad=False).contiguous().realize()

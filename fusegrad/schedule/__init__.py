@@ -301,12 +301,16 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     # multi-device tensors first become one single-device graph per shard (schedule/multi.py)
     if has_multi(roots): return schedule_multi(roots, create_schedule)
     key, order = _structure_key(roots)
-    if (template := SCHEDULE_CACHE.get(key)) is not None: return _from_template(template, order)
+    if (template := SCHEDULE_CACHE.get(key)) is not None:
+        from fusegrad.viz.profile import span
+        with span("schedule (cached)", "schedule", roots=len(roots)): return _from_template(template, order)
     # lowering a kernel recurses along the graph: make room for long lazy chains
     import sys
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 4 * len(order) + 1000))
-    try: items, becomes, realized = _create_schedule(roots)
+    from fusegrad.viz.profile import span
+    try:
+        with span("schedule", "schedule", roots=len(roots)): items, becomes, realized = _create_schedule(roots)
     finally: sys.setrecursionlimit(limit)
     if (template := _to_template(items, realized, order, becomes)) is not None:
         if len(SCHEDULE_CACHE) >= SCHEDULE_CACHE_SIZE: SCHEDULE_CACHE.pop(next(iter(SCHEDULE_CACHE)))

@@ -224,6 +224,9 @@ class UOp(metaclass=UOpMetaClass):
         if op in GroupOp.Comparison: out_dtype = dtypes.bool.vec(self.dtype.count) if self.dtype.count > 1 else dtypes.bool
         return UOp(op, out_dtype, operands)
     def _binop(self, op: Ops, other: Any, reverse: bool) -> "UOp":
+        if hasattr(other, "uop"):   # a Tensor on the right of a Variable: tinygrad refuses it too
+            raise RuntimeError(f"can't apply {op.name} to a UOp and a {type(other).__name__}: put the tensor first "
+                               f"(tensor * variable), or make the variable a tensor with Tensor(variable)")
         other = other if isinstance(other, UOp) else self.const_like(other)
         return other.alu(op, self) if reverse else self.alu(op, other)
     def __add__(self, x): return self._binop(Ops.ADD, x, False)

@@ -11,7 +11,7 @@ from fusegrad.codegen.opt import Opt, OptOps, KernelOptError, apply_opt, kernel_
 from fusegrad.codegen.opt.search import candidate_actions
 from fusegrad.uop.ops import Ops
 from fusegrad.engine.realize import CompiledRunner
-from helpers import random_action_list
+from helpers import random_action_list, native_device
 
 def _kernel(build, device):
     """The last kernel of ``build()``'s schedule, with its input buffers realized."""
@@ -62,7 +62,7 @@ CASES = {
     "elementwise_9x12": (_elementwise(9, 12), [[Opt(OptOps.UPCAST, 1, 9)], [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 3)]]),
 }
 
-@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+@pytest.mark.parametrize("device", [native_device(), "PYTHON"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_opts_match_unoptimized(case, device):
     build, opt_lists = CASES[case]
@@ -103,7 +103,7 @@ def _opts_on(ast, device):
     from fusegrad.uop.symbolic import symbolic
     return hand_coded_optimizations(graph_rewrite(ast, symbolic), Device[device].renderer)
 
-@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+@pytest.mark.parametrize("device", [native_device(), "PYTHON"])
 def test_heuristic_conv_kernels_match_unoptimized(device):
     tiled = 0
     for item in _conv_kernels(device):
@@ -203,7 +203,7 @@ def test_swap_reorders_loops_and_matches():
     np.testing.assert_allclose(_run(item, [Opt(OptOps.SWAP, 0, 1), Opt(OptOps.UPCAST, 1, 4)], "CPU"), reference, rtol=1e-5)
     with pytest.raises(KernelOptError, match="global"): apply_opt(item.ast, Opt(OptOps.SWAP, 0, 2), Device["CPU"].renderer)
 
-@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+@pytest.mark.parametrize("device", [native_device(), "PYTHON"])
 def test_chained_swaps_keep_distinct_loops(device):
     # BEAM found this on a max-pool kernel: after one SWAP the second exchanged only one of the two
     # ranges (the other was rebuilt from its parents first), two loops shared one variable, and the
@@ -321,11 +321,12 @@ STAGE_CASES = [
     [Opt(S, 4), Opt(U, 0, 2)],                                  # along a reduce axis: both inputs
 ]
 
-@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+@pytest.mark.parametrize("device", [native_device(), "PYTHON"])
 def test_stage_matches_unoptimized(device):
     item = _kernel(_conv_forward, device)
     reference = _run(item, [], device)
-    extra = [[Opt(S, 1), Opt(U, 1, 16), Opt(OptOps.THREAD, 0, 2)]] if device == "CPU" else [[Opt(S, 1), Opt(L, 1, 4), Opt(G, 5, 2)]]
+    extra = [[Opt(S, 1), Opt(U, 1, 16), Opt(OptOps.THREAD, 0, 2)]] if device == "CPU" else [[Opt(S, 1), Opt(L, 1, 4), Opt(G, 5, 2)]] \
+        if device == "PYTHON" else [[Opt(S, 1), Opt(U, 1, 16)]]   # LLVM: no threads, no workgroups
     for opts in STAGE_CASES + extra:
         program = get_program(item.ast, Device[device].renderer, opts)
         assert list(program.applied_opts) == opts
@@ -333,7 +334,7 @@ def test_stage_matches_unoptimized(device):
         assert len(stages) == 1 + (Opt(S, 0) in opts) + (Opt(S, 4) in opts), (opts, stages)
         np.testing.assert_allclose(_run(item, opts, device), reference, rtol=1e-5, atol=1e-5, err_msg=str(opts))
 
-@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+@pytest.mark.parametrize("device", [native_device(), "PYTHON"])
 def test_unroll_replaces_the_range_everywhere(device):
     # BatchNorm's mean over (batch, y, x): after UNROLL of the batch and of y, x's loop is nested in
     # y's; a stale copy of y's range kept there ran as a second loop with y's variable (found by
@@ -529,7 +530,9 @@ def test_workgroup_limits(opts, message):
     for opt in opts[:-1]: ast = apply_opt(ast, opt, renderer)
     with pytest.raises(KernelOptError, match=message): apply_opt(ast, opts[-1], renderer)
 
-def test_colored_shape_shows_local_and_group_axes(capsys):
+def test_colored_shape_shows_local_and_group_axes(capsys, monkeypatch):
+    monkeypatch.setenv("FORCE_COLOR", "1")   # captured output isn't a terminal: colours would be off
+    monkeypatch.delenv("NO_COLOR", raising=False)
     item = _kernel(_matmul(12, 8, 16), "PYTHON")
     opts = [Opt(L, 1, 4), Opt(GT, 3, 2), Opt(U, 0, 3)]
     ast = item.ast

@@ -11,7 +11,7 @@ import pytest
 from fusegrad.dtype import DType, dtypes
 from fusegrad.uop.ops import UOp, Ops, graph_rewrite
 from fusegrad.uop.symbolic import symbolic
-from fusegrad.codegen.transcendental import xexp2, xlog2, xsin, pm_transcendental, decompose_transcendentals
+from fusegrad.codegen.transcendental import xexp, xexp2, xlog2, xsin, pm_transcendental, decompose_transcendentals
 
 NP = {dtypes.float16: np.float16, dtypes.float32: np.float32, dtypes.float64: np.float64, dtypes.int32: np.int32,
       dtypes.int64: np.int64, dtypes.uint32: np.uint32, dtypes.uint64: np.uint64, dtypes.bool: np.bool_}
@@ -183,6 +183,69 @@ def test_sin_far_outside_the_reduction_range_stays_bounded(rng):
         x = rng.uniform(-1, 1, 10_000) * np.logspace(0, np.log10(big), 10_000)
         got = run_graph(Ops.SIN, x.astype(NP[dtype]), dtype)
         assert np.all(np.isfinite(got)) and np.all(np.abs(got) <= 1)
+
+# e**x: the front end's EXP2(x * log2 e), recognized and computed as e**x (xexp)
+
+LOG2E = {dtypes.float32: float(np.float32(1 / math.log(2))), dtypes.float64: 1 / math.log(2)}
+
+def exp_pattern(dtype: DType, inp: UOp, constant: float | None = None) -> UOp:
+    """EXP2(inp * c), c = log2 e as the dtype holds it unless given (what Tensor.exp builds)."""
+    return UOp(Ops.EXP2, dtype, (inp * UOp.const(dtype, LOG2E[dtype] if constant is None else constant),))
+
+def run_exp(x: np.ndarray, dtype: DType, simplify: bool = False) -> np.ndarray:
+    inp = UOp(Ops.DEFINE_VAR, dtype, arg=("x", 0, 1))
+    out = decompose_transcendentals(exp_pattern(dtype, inp))
+    assert not any(u.op is Ops.EXP2 for u in out.toposort)
+    if simplify: out = graph_rewrite(out, symbolic)
+    return evaluate(out, inp, x.astype(NP[dtype]))
+
+def exp_ulp(dtype: DType, x: np.ndarray) -> float:
+    npdt = NP[dtype]
+    x = x.astype(npdt)
+    with np.errstate(all="ignore"):
+        want = np.exp(x.astype(_WIDE if npdt == np.float64 else np.float64)).astype(npdt)
+    return float(ulp_error(run_exp(x, dtype), want, npdt).max())
+
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float64])
+def test_exp_accuracy(dtype, rng):
+    """<= 1 ulp everywhere (EXP2 of the rounded x * log2 e was 52 ulp off at x = 70 in float32)."""
+    lo, hi, under, over = (-110, 90, -103.97, 88.72) if dtype == dtypes.float32 else (-760, 720, -745.13, 709.78)
+    assert exp_ulp(dtype, with_specials(rng.uniform(lo, hi, N), dtype)) <= 1
+    assert exp_ulp(dtype, rng.uniform(-1, 1, N)) <= 1
+    assert exp_ulp(dtype, np.exp2(rng.uniform(-40, 0, N // 10)) * rng.choice([-1, 1], N // 10)) <= 1
+    # subnormal results, the edge of underflow and of overflow, densely
+    smallest_normal = -87.34 if dtype == dtypes.float32 else -708.4
+    for edge in (under, smallest_normal, over): assert exp_ulp(dtype, edge + rng.uniform(-1, 1, N // 10)) <= 1
+
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float64])
+def test_exp_special_values(dtype):
+    inf, nan = math.inf, math.nan
+    x = np.array([0.0, -0.0, inf, -inf, nan, 1e30, -1e30, 2000.0, -2000.0, 1.0], np.float64).astype(NP[dtype])
+    got = run_exp(x, dtype)
+    np.testing.assert_array_equal(got[:9], np.array([1, 1, inf, 0, nan, inf, 0, inf, 0], NP[dtype]))
+    assert got[-1] == NP[dtype](math.e)
+
+def test_exp_only_the_log2e_pattern():
+    """xexp replaces EXP2(x * log2 e) only; exp_only (native renderers) rewrites nothing else."""
+    f32 = dtypes.float32
+    inp = UOp(Ops.DEFINE_VAR, f32, arg=("x", 0, 1))
+    assert decompose_transcendentals(exp_pattern(f32, inp)) is xexp(inp)
+    assert decompose_transcendentals(exp_pattern(f32, inp, 1.5)) is xexp2(inp * UOp.const(f32, 1.5))
+    other = UOp(Ops.SINK, dtypes.void, (exp_pattern(f32, inp, 1.5), UOp(Ops.SIN, f32, (inp,)), UOp(Ops.LOG2, f32, (inp,))))
+    assert decompose_transcendentals(other, exp_only=True) is other
+    assert decompose_transcendentals(exp_pattern(f32, inp), exp_only=True) is xexp(inp)
+    f4 = f32.vec(4)
+    vec = exp_pattern(f4, UOp(Ops.DEFINE_VAR, f4, arg=("v", 0, 1)), LOG2E[f32])
+    assert decompose_transcendentals(vec, exp_only=True) is vec
+
+def test_exp_graph_is_basic_and_survives_symbolic(rng):
+    allowed = {Ops.DEFINE_VAR, Ops.CONST, Ops.ADD, Ops.NEG, Ops.MUL, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE,
+               Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.BITCAST}
+    for dtype in (dtypes.float32, dtypes.float64):
+        out = xexp(UOp(Ops.DEFINE_VAR, dtype, arg=("x", 0, 1)))
+        assert {u.op for u in out.toposort} <= allowed, {u.op for u in out.toposort} - allowed
+        x = with_specials(rng.uniform(-800, 800, 5000), dtype)
+        assert np.array_equal(run_exp(x, dtype).view(np.uint8), run_exp(x, dtype, simplify=True).view(np.uint8))
 
 # ---------------------------------------------------------------- special values, exactly
 

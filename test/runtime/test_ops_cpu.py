@@ -50,3 +50,14 @@ def test_swapped_cached_library_does_not_run(warm_cache):
     assert again.stdout.strip() == EXPECTED
     assert "doesn't match its hash" in again.stderr
     assert_libraries_match_their_names(warm_cache)
+
+# ---------------------------------------------------------------- compiler flags
+def test_sum_over_a_flipped_inner_axis_is_not_miscompiled():
+    # GCC 12's loop vectorizer summed x[2i], x[2i+1] and x[2i] again for `acc += x[2*i + 1 - j]` (j < 2): 44, not 42
+    import numpy as np
+    from fusegrad import Tensor
+    for rows, columns in ((3, 2), (5, 3), (4, 8)):
+        weights = np.arange(1, rows * columns + 1, dtype=np.float32).reshape(rows, columns)
+        scale = Tensor(np.array([[1.0]], np.float32), device="CPU")
+        flipped = scale.expand(rows, columns) * Tensor(weights, device="CPU").flip(1)
+        assert (flipped + flipped).sum().item() == 2 * weights.sum(), (rows, columns)

