@@ -359,6 +359,16 @@ class ClangRenderer(CStyleLanguage):
     header = "#include <math.h>\n#include <stdbool.h>\n#include <stdio.h>\n#include <stdlib.h>\n"
     def __init__(self, has_threads: bool = False): self.has_threads = has_threads
     def __reduce__(self): return self.__class__, (self.has_threads,)
+    # GCC 12's loop vectorizer miscompiles a sum over a reversed inner axis (`acc += x[2*i + 1 - j]`
+    # summed x[2i] twice). Kernels with accumulators turn it off for themselves; codegen vectorizes
+    # their tiles explicitly. Elementwise kernels keep it: a scalar loop of sqrt and division (Adam's
+    # update) runs 8x slower without it.
+    NO_LOOP_VECTORIZE = ("#if defined(__GNUC__) && !defined(__clang__)\n__attribute__((optimize(\"no-tree-loop-vectorize\")))\n#endif\n")
+    def render(self, name: str, uops: list[UOp]) -> str:
+        src = super().render(name, uops)
+        if not any(u.op is Ops.DEFINE_REG for u in uops): return src
+        at = src.index(f"{self.kernel_prefix}{name}(")
+        return src[:at] + self.NO_LOOP_VECTORIZE + src[at:]
 
     STACK_LIMIT = 64 * 1024
     def render_local(self, name: str, dtype: DType, size: int) -> tuple[str, str | None]:

@@ -25,12 +25,9 @@ class ClangCompiler(Compiler):
         # negative offset where the gate is off (the if-converted masked load read zeros: a padded
         # tensor's gradient came out 0). Gated loads that should be vectors are masked vector loads
         # written out by codegen/vectorize.py, so GCC's own if-conversion isn't needed.
-        # GCC 12's loop vectorizer also miscompiles a sum over a reversed (flipped) inner axis: in
-        # `for i: for j < 2: acc += x[2*i + 1 - j]` it summed x[2i], x[2i+1] and x[2i] again (44, not 42,
-        # for 1..6 doubled). codegen vectorizes explicitly (UPCAST), so a 512 matmul, a 4M-element
-        # elementwise+sum, softmax and a 3x3 conv time the same without it.
+        # (GCC 12's loop vectorizer is turned off per kernel for kernels with accumulators: see ClangRenderer)
         version = about.split("\n")[0]
-        gcc_only = ["-fno-tree-loop-if-convert", "-fno-tree-loop-vectorize"] if "free software foundation" in about.lower() else []
+        gcc_only = ["-fno-tree-loop-if-convert"] if "free software foundation" in about.lower() else []
         self.flags = self.base_flags + gcc_only + (["-fopenmp"] if self.has_openmp else []) + ["-x", "c", "-"]
         super().__init__(f"cpu_{version}_{' '.join(self.flags)}_{platform.machine()}")
     def compile(self, src: str) -> bytes:
