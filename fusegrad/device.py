@@ -17,8 +17,9 @@ from fusegrad.helpers import DEBUG, GlobalCounters, getenv, cache_dir, content_h
 # ---------------------------------------------------------------- registry
 
 # Only backends that exist are listed: a device name without a runtime module is an unknown device.
-RUNTIMES = {"CPU": "ops_cpu", "LLVM": "ops_llvm", "PYTHON": "ops_python", "NPY": "ops_npy", "DISK": "ops_disk", "NULL": "ops_null"}
-LEGACY_FLAGS = {"CLANG": "CPU", "CPU": "CPU", "LLVM": "LLVM", "PYTHON": "PYTHON", "NULL": "NULL"}
+RUNTIMES = {"CPU": "ops_cpu", "LLVM": "ops_llvm", "PYTHON": "ops_python", "NPY": "ops_npy", "DISK": "ops_disk", "NULL": "ops_null",
+            "CL": "ops_cl", "CUDA": "ops_cuda"}
+LEGACY_FLAGS = {"CLANG": "CPU", "CPU": "CPU", "LLVM": "LLVM", "PYTHON": "PYTHON", "NULL": "NULL", "CL": "CL", "GPU": "CL", "CUDA": "CUDA"}
 
 class _Device:
     """``Device["CPU"]`` opens (once) and returns a device; ``Device.DEFAULT`` is the default name."""
@@ -40,6 +41,8 @@ class _Device:
         if rest in ("", "0"): return base
         return f"{base}:{rest.upper() if not rest.isdigit() else rest}"
     def __getitem__(self, name: str) -> "Compiled":
+        # an open device's canonical name (what Buffers hold) is found without canonicalizing again
+        if type(name) is str and (opened := self._opened.get(name)) is not None: return opened
         name = self.canonicalize(name)
         if (opened := self._opened.get(name)) is not None: return opened
         with self._lock:
@@ -308,8 +311,15 @@ def diskcache_clear() -> None:
             if not isinstance(e, sqlite3.OperationalError): _db_unusable(e)
 
 def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
-    """Whether ``device`` can hold and compute ``dtype`` (every dtype works on CPU and PYTHON)."""
-    return dtypes.concrete(dtype) in dtypes.all
+    """Whether tensors of ``dtype`` can be computed on ``device`` (the default device if None). Every dtype
+    computes on the devices that run kernels, bfloat16 and fp8 through codegen's emulation (codegen/lowering.py);
+    DISK and NPY only store bytes and run no kernels, so nothing computes there.
+
+    >>> is_dtype_supported(dtypes.fp8e4m3, "CPU"), is_dtype_supported(dtypes.float32, "NPY")
+    (True, False)
+    """
+    base = Device.canonicalize(device).split(":")[0]
+    return dtypes.concrete(dtype) in dtypes.all and base not in ("DISK", "NPY")
 
 # ---------------------------------------------------------------- listing: python -m fusegrad.device
 

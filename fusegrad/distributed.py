@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Sequence
 from fusegrad.device import Buffer
+from fusegrad.buffers import buffer_of, new_buffer_uop
 from fusegrad.dtype import DType, dtypes
 from fusegrad.helpers import DEBUG, dedup
 from fusegrad.engine import realize as _realize
@@ -111,7 +112,6 @@ def _check_tensor(t: Any, what: str) -> Tensor:
 def _input_buffer(t: Tensor) -> tuple[Tensor, Buffer]:
     """A tensor over the buffer holding ``t``'s values densely, and that buffer: ``t`` is realized,
     and a view or a constant is first computed into a buffer of its own."""
-    from fusegrad.schedule import buffer_of
     dense = t.detach().contiguous().realize()
     if not _is_whole_buffer(dense): dense = t.detach().clone().realize()
     if not _is_whole_buffer(dense): raise RuntimeError(f"could not compute a buffer for a tensor of shape {t.shape}")
@@ -123,7 +123,6 @@ def _is_whole_buffer(t: Tensor) -> bool:
 
 def _new_output(device: str, shape: tuple[int, ...], dtype: DType) -> tuple[Tensor, Buffer]:
     """A fresh allocated buffer and a Tensor of ``shape`` over it."""
-    from fusegrad.schedule import buffer_of, new_buffer_uop
     size = 1
     for s in shape: size *= s
     uop = new_buffer_uop(device, size, dtype)
@@ -266,7 +265,6 @@ def shard_batch(batch: Tensor, axis: int = 0) -> Tensor:
 
 def _own_buffer(param: Tensor) -> Buffer:
     """The buffer that is ``param`` (realized first; a parameter that is a view gets a buffer of its own)."""
-    from fusegrad.schedule import buffer_of
     param.realize()
     if not _is_whole_buffer(param): param.uop = param.detach().contiguous().realize().uop
     return buffer_of(param.uop.base).ensure_allocated()
@@ -359,7 +357,6 @@ class DataParallel:
             Tensor.realize(*scaled)
             packed = Tensor.cat(*scaled).realize() if len(scaled) > 1 else scaled[0]
             if not _is_whole_buffer(packed): packed = packed.contiguous().realize()
-            from fusegrad.schedule import buffer_of
             buf = buffer_of(packed.uop.base).ensure_allocated()
             _run_collective(_StartAllreduce(buf.device, packed.dtype, buf.nbytes, self._pending), [buf])
             bucket_buffers.append((packed, buf))

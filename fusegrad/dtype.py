@@ -100,7 +100,38 @@ class ImageDType(PtrDType):
     shape: tuple[int, ...] = ()
     def _fields(self) -> tuple: return super()._fields() + (self.shape,)
 
-class dtypes:
+@functools.cache
+def _default_dtype(value: "DType | str", kind: str) -> "DType":
+    """The dtype a DEFAULT_FLOAT / DEFAULT_INT setting names ("" is float32 / int32), checked to be of its kind."""
+    if isinstance(value, str) and value == "": return dtypes.float32 if kind == "float" else dtypes.int32
+    dtype = value if isinstance(value, DType) else to_dtype(value)
+    if not (dtypes.is_float(dtype) if kind == "float" else dtypes.is_int(dtype)) or dtypes.is_weak(dtype) or dtype == dtypes.index:
+        raise ValueError(f"DEFAULT_{kind.upper()}={value} is not a usable {kind} dtype")
+    return dtype
+
+class _DefaultDtypes(type):
+    """``dtypes.default_float`` / ``dtypes.default_int`` read the DEFAULT_FLOAT / DEFAULT_INT context variables (their
+    environment variables, or ``Context(DEFAULT_FLOAT="float16")``), like tinygrad's. Assigning them sets the
+    variable, for code written for older tinygrad (``dtypes.default_float = dtypes.half``)."""
+    @property
+    def default_float(cls) -> "DType":
+        from fusegrad.helpers import DEFAULT_FLOAT
+        return _default_dtype(DEFAULT_FLOAT.value, "float")
+    @default_float.setter
+    def default_float(cls, dtype: "DType | str") -> None:
+        from fusegrad.helpers import DEFAULT_FLOAT
+        DEFAULT_FLOAT.value = _default_dtype(dtype, "float")
+    @property
+    def default_int(cls) -> "DType":
+        from fusegrad.helpers import DEFAULT_INT
+        return _default_dtype(DEFAULT_INT.value, "int")
+    @default_int.setter
+    def default_int(cls, dtype: "DType | str") -> None:
+        from fusegrad.helpers import DEFAULT_INT
+        DEFAULT_INT.value = _default_dtype(dtype, "int")
+    def __dir__(cls) -> list[str]: return sorted(set(super().__dir__()) | {"default_float", "default_int"})
+
+class dtypes(metaclass=_DefaultDtypes):
     """Every dtype fusegrad knows, plus helpers (``is_float``, ``min``, ``max``, ``finfo`` ...)."""
     void: Final = DType(-1, 0, "void", None)
     bool: Final = DType(0, 1, "bool", "?")
@@ -131,9 +162,6 @@ class dtypes:
     uchar = uint8; ushort = uint16; uint = uint32; ulong = uint64
     char = int8; short = int16; int = int32; long = int64
     fp8e4m3fn = fp8e4m3
-
-    default_float: DType = float32
-    default_int: DType = int32
 
     fp8s: Final = (fp8e4m3, fp8e5m2, fp8e4m3fnuz, fp8e5m2fnuz)
     floats: Final = fp8s + (float16, bfloat16, float32, float64)
@@ -338,6 +366,7 @@ def truncate_float(x: float, dtype: DType) -> float:
         try: return struct.unpack("e", struct.pack("e", x))[0]
         except OverflowError: return math.copysign(math.inf, x)
     if dtype == dtypes.bfloat16: return bits_to_bf16(float_to_bf16_bits(x))
+    if dtype in FP8_FORMATS: return fp8_bits_to_float(float_to_fp8_bits(x, dtype), dtype)
     return x
 
 def float_to_bf16_bits(x: float) -> int:
@@ -349,3 +378,72 @@ def float_to_bf16_bits(x: float) -> int:
 
 def bits_to_bf16(bits: int) -> float:
     return struct.unpack("f", struct.pack("I", (bits & 0xFFFF) << 16))[0]
+
+# ---------------------------------------------------------------- fp8
+
+@dataclass(frozen=True)
+class Fp8Format:
+    """How an 8-bit float lays out its bits: 1 sign bit, ``exponent`` bits with ``bias``, ``mantissa`` bits.
+
+    OCP e4m3 ("fn": finite) has no infinity and one NaN code per sign (all ones); OCP e5m2 is IEEE-like
+    (infinities and NaNs at the top exponent). The "fnuz" types (finite, no negative zero) have a bias one
+    higher, no infinity, and a single NaN, 0x80 (the code that would be -0). Out of range finite values
+    saturate to the largest finite code (``max_code``), as tinygrad's (and CUDA's satfinite) conversion does."""
+    exponent: int
+    mantissa: int
+    bias: int
+    fnuz: bool
+    has_inf: bool
+    max_code: int    # the largest finite magnitude's bits (0x7E for e4m3: 0x7F is NaN)
+
+FP8_FORMATS: dict[DType, Fp8Format] = {
+    dtypes.fp8e4m3: Fp8Format(4, 3, 7, False, False, 0x7E), dtypes.fp8e5m2: Fp8Format(5, 2, 15, False, True, 0x7B),
+    dtypes.fp8e4m3fnuz: Fp8Format(4, 3, 8, True, False, 0x7F), dtypes.fp8e5m2fnuz: Fp8Format(5, 2, 16, True, False, 0x7F)}
+
+def _round_shift(value: int, shift: int) -> int:
+    """``value / 2**shift`` rounded to the nearest integer, ties to even (value >= 0, shift >= 1)."""
+    quotient, remainder, half = value >> shift, value & ((1 << shift) - 1), 1 << (shift - 1)
+    return quotient + (remainder > half or (remainder == half and quotient & 1))
+
+def float_to_fp8_bits(x: float, dtype: DType) -> int:
+    """The fp8 code nearest to ``x`` (ties to even). Finite values past the largest finite fp8 saturate to it;
+    infinities become NaN in types without infinity; NaN of either sign is the positive NaN code.
+
+    >>> hex(float_to_fp8_bits(1.0, dtypes.fp8e4m3)), hex(float_to_fp8_bits(1000.0, dtypes.fp8e4m3))
+    ('0x38', '0x7e')
+    """
+    fmt = FP8_FORMATS[dtype]
+    sign = 0x80 if math.copysign(1.0, x) < 0 else 0
+    # NaN (either sign) is the positive NaN code: tinygrad's PYTHON device writes 0x7F for -NaN and, in e4m3, -inf
+    if math.isnan(x) or (math.isinf(x) and not fmt.has_inf): return 0x80 if fmt.fnuz else 0x7F
+    if math.isinf(x): return sign | 0x7C
+    code = 0
+    if x != 0:
+        # |x| = n * 2**(exp2 - 53) exactly (n a 53-bit integer). Counted in ulps of its binade (subnormals share
+        # the smallest normal binade), |x| rounds to ``units``; the code is the units plus the binade's
+        # exponent field, which also covers a rounding that carries into the next binade.
+        significand, exp2 = math.frexp(abs(x))
+        min_exp = 1 - fmt.bias
+        binade = max(exp2 - 1, min_exp)
+        n, shift = int(significand * 2**53), 53 + (binade - fmt.mantissa) - exp2
+        units = _round_shift(n, shift) if shift > 0 else n << -shift
+        code = min(units + ((binade - min_exp) << fmt.mantissa), fmt.max_code)
+    if fmt.fnuz and code == 0: return 0               # fnuz has no negative zero
+    return sign | code
+
+def fp8_bits_to_float(bits: int, dtype: DType) -> float:
+    """The value of the fp8 code ``bits``.
+
+    >>> fp8_bits_to_float(0x38, dtypes.fp8e4m3), fp8_bits_to_float(0x7E, dtypes.fp8e4m3)
+    (1.0, 448.0)
+    """
+    fmt = FP8_FORMATS[dtype]
+    sign = -1.0 if bits & 0x80 else 1.0
+    magnitude = bits & 0x7F
+    exponent, mantissa = magnitude >> fmt.mantissa, magnitude & ((1 << fmt.mantissa) - 1)
+    top_exponent = (1 << fmt.exponent) - 1
+    if fmt.fnuz and bits == 0x80: return math.nan
+    if not fmt.fnuz and not fmt.has_inf and magnitude == 0x7F: return math.nan
+    if fmt.has_inf and exponent == top_exponent: return math.copysign(math.nan, sign) if mantissa else sign * math.inf
+    if exponent == 0: return sign * mantissa * 2.0 ** (1 - fmt.bias - fmt.mantissa)
+    return sign * (1 + mantissa / (1 << fmt.mantissa)) * 2.0 ** (exponent - fmt.bias)

@@ -32,6 +32,8 @@ def _reduce_to_shape(grad: UOp, shape: tuple) -> UOp:
 def _max_gradient(ret: UOp, grad: UOp, src: UOp, axes: tuple[int, ...]) -> UOp:
     """Gradient of a max-reduce: shared equally by every element that equals the max."""
     is_max = src.alu(Ops.CMPEQ, ret.expand(src.shape)).cast(grad.dtype)
+    # the max is one of the inputs, so count >= 1 whenever both sides round alike (a NaN max matches no
+    # element: the row's gradient is NaN, as PyTorch's amax gives)
     count = is_max.reduce_axis(Ops.ADD, axes)
     return is_max * (grad / count).expand(src.shape)
 
@@ -156,35 +158,84 @@ def record_origins(becomes: dict[UOp, UOp], graphs: list[UOp], grad_leaves: set[
     through the origins of the buffers an origin reads. Only buffers that ``live`` reaches (directly
     or through other origins) are kept: the rest are scratch space for the memory planner.
     Returns the new origins: their buffers must not be planned as scratch."""
-    substituted: dict[UOp, UOp] = {}   # old node -> what it is now (as UOp.substitute(becomes) builds it)
     reaches: dict[UOp, bool] = {}      # old node -> does a gradient from it reach a grad leaf?
     reaches_value: dict[UOp, bool] = {}   # old node -> ... or a value leaf, or a realized graph?
+    replaced: dict[UOp, UOp] = {}      # old node -> the buffer view it became (what UOp.substitute(becomes) puts there)
     candidates: dict[UOp, UOp] = {}    # new BUFFER -> its origin
+    # This runs on every realize, eager code included, so the walk is lean: plain loops over the (one
+    # or two) sources, and the substituted graph (what the tensors got) is only built for origins that
+    # need it (those reaching a grad leaf), not for every node.
+    substitute = _Substitution(replaced)
     for graph in graphs:
         for node in graph.toposort:
-            if node in substituted: continue
-            srcs = tuple(substituted[s] for s in node.src)
-            differentiable = node.op is not Ops.DETACH
-            reaches[node] = (node.op is Ops.BUFFER and node in _ORIGINS) or \
-                (differentiable and any(s in grad_leaves or reaches[s] for s in node.src))
-            reaches_value[node] = reaches[node] or (differentiable and any(s in value_leaves or reaches_value[s] for s in node.src))
-            if (new := becomes.get(node)) is None or _views_existing_buffers(new, reaches):
-                # (a view of buffers the graph already had, such as a reshaped parameter, stays as it
-                # was: the parameter must remain visible to backward as itself)
-                substituted[node] = node if srcs == node.src else node.replace(src=srcs)
-                continue
-            substituted[node] = new
-            if not _is_new_buffer_view(node, new, reaches): continue
-            if node.op is Ops.CUSTOM and new.base in candidates:
-                # a node with an explicit gradient becomes the buffer its value graph src[0] became (and
-                # was recorded for): it is the origin, around that recorded value graph (not the buffer
-                # itself, which would be a cycle), or backward would differentiate the value graph
-                candidates[new.base] = node.replace(src=(candidates[new.base],) + srcs[1:])
-            elif reaches[node]: candidates.setdefault(new.base, node if srcs == node.src else node.replace(src=srcs))
-            elif reaches_value[node] and dtypes.is_float(node.dtype): candidates.setdefault(new.base, node)
-    kept = _reachable(live, candidates) if candidates else {}
+            if node in reaches: continue
+            op, src = node.op, node.src
+            grad_reach = op is Ops.BUFFER and node in _ORIGINS
+            value_reach = grad_reach
+            if src and op is not Ops.DETACH:
+                for s in src:
+                    if s in grad_leaves or reaches[s]:
+                        grad_reach = value_reach = True
+                        break
+                    if not value_reach and (s in value_leaves or reaches_value[s]): value_reach = True
+            reaches[node], reaches_value[node] = grad_reach, value_reach
+            # (a view of buffers the graph already had, such as a reshaped parameter, stays as it was:
+            # the parameter must remain visible to backward as itself)
+            if (new := becomes.get(node)) is None or _views_existing_buffers(new, reaches): continue
+            replaced[node] = new
+            if not (grad_reach or value_reach or op is Ops.CUSTOM) or not _is_new_buffer_view(node, new, reaches): continue
+            if op is Ops.CUSTOM and (new.base in candidates or grad_reach):
+                # a node with an explicit gradient becomes the buffer its value graph src[0] became: it is
+                # the origin, around that value graph (not around the buffer itself, which would be a cycle),
+                # or backward would differentiate the value graph. The value graph was recorded already when
+                # it reaches a leaf; a detached one (x.detach()**2) was not, and is kept as it was.
+                value = candidates.get(new.base)
+                if value is None and (value := substitute(src[0])).base is new.base: value = src[0]
+                candidates[new.base] = node.replace(src=(value,) + tuple([_without(new.base, s, substitute) for s in src[1:]]))
+            elif grad_reach: candidates.setdefault(new.base, substitute.over_sources(node))
+            elif value_reach and dtypes.is_float(node.dtype): candidates.setdefault(new.base, node)
+    if not candidates: return []
+    # the common case, every new buffer held by a live tensor itself, needs no walk to know they are all kept
+    live_buffers = {u.base for u in live}
+    kept = candidates if all(b in live_buffers for b in candidates) else _reachable(live, candidates)
     _ORIGINS.update(kept)
     return list(kept.values())
+
+def _without(buffer: UOp, node: UOp, substitute: "_Substitution") -> UOp:
+    """``node`` substituted, unless that reads ``buffer`` (an explicit gradient's coefficient computed from
+    the value that became this very buffer): then as it was, or the buffer's origin would contain the buffer."""
+    new = substitute(node)
+    return node if new is not node and buffer in new.toposort else new
+
+class _Substitution:
+    """An old graph node as ``UOp.substitute(replaced)`` rebuilds it (``replaced``: old node -> new
+    one), computed on demand and memoized; ``replaced`` may grow between calls, but only with nodes
+    later in the graph's order than those already asked for."""
+    def __init__(self, replaced: dict[UOp, UOp]): self.replaced, self.memo = replaced, {}
+    def __call__(self, node: UOp) -> UOp:
+        if (new := self.replaced.get(node)) is not None: return new
+        # sources before users with an explicit stack (deep graphs don't recurse); each node is rebuilt
+        # once over all calls, so the work is linear in the graph however many origins ask
+        stack: list[tuple[UOp, bool]] = [(node, False)]
+        while stack:
+            u, sources_done = stack.pop()
+            if u in self.memo or u in self.replaced: continue
+            if sources_done: self.memo[u] = self.sources(u)
+            else:
+                stack.append((u, True))
+                stack.extend((s, False) for s in u.src if s not in self.memo and s not in self.replaced)
+        return self.memo[node]
+    def over_sources(self, node: UOp) -> UOp:
+        """``node`` itself (even if it was replaced) over the substituted versions of its sources."""
+        for s in node.src: self(s)
+        return self.sources(node)
+    def sources(self, node: UOp) -> UOp:
+        """``node`` over the substituted versions of its sources (``node`` itself when none changed);
+        the sources must be done already."""
+        src = node.src
+        if not src: return node
+        srcs = tuple([new if (new := self.replaced.get(s)) is not None else self.memo[s] for s in src])
+        return node if srcs == src else node.replace(src=srcs)
 
 def _reachable(roots: list[UOp], origins: dict[UOp, UOp]) -> dict[UOp, UOp]:
     """The entries of ``origins`` (buffer -> origin) reachable from ``roots``, following sources and

@@ -7,7 +7,7 @@ block with ``Context``::
         (Tensor([1, 2]) + 1).realize()     # prints the generated kernel source
 """
 from __future__ import annotations
-import collections, contextlib, functools, hashlib, os, pathlib, sys, tempfile, time
+import collections, contextlib, functools, hashlib, os, pathlib, shutil, sys, tempfile, time
 from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
@@ -271,15 +271,35 @@ def pairwise(xs: Sequence[T]) -> Iterator[tuple[T, T]]:
 # ---------------------------------------------------------------- progress bars
 
 class tqdm(Generic[T]):
-    """A small progress bar on stderr with tinygrad's (and tqdm's common) arguments, so
-    ``for x in tqdm(items, desc="train"): ...`` works without the tqdm package. ``disable=None``
-    shows it only when stderr is a terminal; ``rate`` caps the redraws per second."""
+    """A progress bar on stderr with tinygrad's (and the tqdm package's common) arguments, so
+    ``for x in tqdm(items, desc="train"): ...`` works without the tqdm package.
+
+    - ``disable=None`` shows it only when stderr is a terminal (so it is silent in pipes, logs and under pytest);
+      ``rate`` caps the redraws per second.
+    - On a terminal the bar is redrawn in place with a carriage return; elsewhere (``disable=False`` into a pipe)
+      it prints a plain line at most every ``PLAIN_INTERVAL`` seconds and at the end. It never writes ANSI
+      escape codes.
+    - ``delay``: nothing is drawn until that many seconds have passed (a quick loop prints nothing).
+    - ``leave=False`` erases the bar when it closes.
+    - ETA and speed leave out the first ``warmup`` steps: those compile kernels or capture a JIT and take far
+      longer than the rest, so counting them would show an ETA of an hour in the first seconds.
+
+    >>> sum(tqdm(range(3), disable=True))
+    3
+    """
+    PLAIN_INTERVAL = 10.0
+    _drawn_width = 0   # the width of the last bar drawn on the terminal (write() blanks it)
     def __init__(self, iterable: Iterable[T] | None = None, desc: str = "", disable: bool | None = False, unit: str = "it",
-                 unit_scale: bool = False, total: int | None = None, rate: int = 100):
+                 unit_scale: bool = False, total: int | None = None, rate: int = 100, delay: float = 0.0, leave: bool = True,
+                 warmup: int = 1):
         self.iterable, self.unit, self.unit_scale, self.rate = iterable, unit, unit_scale, rate
-        self.disable = (not sys.stderr.isatty()) if disable is None else disable
+        self.delay, self.leave, self.warmup = delay, leave, max(warmup, 0)
+        self.terminal = sys.stderr.isatty()
+        self.disable = (not self.terminal) if disable is None else disable
         self.total = total if total is not None else (len(iterable) if hasattr(iterable, "__len__") else 0)  # type: ignore[arg-type]
-        self.n, self.start, self.last_draw = 0, time.perf_counter(), 0.0
+        self.n, self.steps, self.drawn_n, self.start, self.shown, self.closed = 0, 0, 0, time.perf_counter(), False, False
+        self.last_draw = 0.0 if self.terminal else self.start   # a plain line only after PLAIN_INTERVAL (or at the end)
+        self.rate_base: tuple[float, int] | None = (self.start, 0) if self.warmup == 0 else None   # (time, n) after the warm-up
         self.set_description(desc)
     def __iter__(self) -> Iterator[T]:
         if self.iterable is None: raise TypeError("tqdm needs an iterable to iterate over")
@@ -289,15 +309,36 @@ class tqdm(Generic[T]):
         self.update(close=True)
     def __enter__(self) -> "tqdm[T]": return self
     def __exit__(self, *exc: Any) -> None: self.update(close=True)
-    def set_description(self, desc: str) -> None: self.desc = f"{desc}: " if desc else ""
+    def set_description(self, desc: str) -> None:
+        """Label the bar (``"desc: "`` in front of it)."""
+        self.desc = f"{desc}: " if desc else ""
+    def close(self) -> None:
+        """Draw the final state (or erase the bar, with ``leave=False``); later updates draw nothing."""
+        self.update(close=True)
     def update(self, n: int = 0, close: bool = False) -> None:
-        """Count ``n`` more steps; redraw at most ``rate`` times a second (and always on close)."""
-        self.n += n
+        """Count ``n`` more units (one step); redraw at most ``rate`` times a second, and on close."""
         now = time.perf_counter()
-        if self.disable or (not close and now - self.last_draw < 1 / self.rate): return
-        self.last_draw = now
-        print("\r" + self._line(now - self.start), end="\n" if close else "", flush=True, file=sys.stderr)
-    def _line(self, elapsed: float) -> str:
+        if n:
+            self.n, self.steps = self.n + n, self.steps + 1
+            if self.steps == self.warmup: self.rate_base = (now, self.n)
+        if self.disable or self.closed: return
+        if close: self.closed = True
+        if now - self.start < self.delay and not self.shown: return   # (a loop that ends within the delay prints nothing)
+        interval = 1 / self.rate if self.terminal else self.PLAIN_INTERVAL
+        if not close and now - self.last_draw < interval: return
+        if self.terminal: self._draw_in_place(self._line(now, shutil.get_terminal_size().columns - 1), close)
+        elif (not close or self.leave) and not (close and self.shown and self.n == self.drawn_n):   # no repeated last line
+            print(self._line(now), file=sys.stderr, flush=True)
+        self.last_draw, self.drawn_n, self.shown = now, self.n, True
+    def _draw_in_place(self, line: str, close: bool) -> None:
+        # blanks pad the line over a longer previous one (no ANSI "erase line" code: NO_COLOR terminals get none)
+        if close and not self.leave: text, end = " " * tqdm._drawn_width + "\r", ""
+        else: text, end = line.ljust(tqdm._drawn_width), "\n" if close else ""
+        print("\r" + text, end=end, flush=True, file=sys.stderr)
+        tqdm._drawn_width = 0 if close else len(line)
+    def _line(self, now: float, width: int | None = None) -> str:
+        """The bar's text; within ``width`` columns the bar itself shrinks first (to 5 cells), then the description."""
+        elapsed = now - self.start
         def amount(x: float) -> str:
             if not self.unit_scale: return str(int(x))
             for prefix in ("", "k", "M", "G", "T"):
@@ -305,16 +346,38 @@ class tqdm(Generic[T]):
                 x /= 1000
             return f"{x:.3g}P"
         count = f"{amount(self.n)}/{amount(self.total)}" if self.total else f"{amount(self.n)}{self.unit}"
-        speed = f"{self.n / elapsed:.2f}{self.unit}/s" if self.n and elapsed > 0 else f"?{self.unit}/s"
+        speed = self.speed(now)
+        speed_text = f"{amount(speed) if self.unit_scale else f'{speed:.2f}'}{self.unit}/s" if speed is not None else f"?{self.unit}/s"
+        eta, cells = "", 20
+        if self.total: eta = "<" + (_minutes(max(self.total - self.n, 0) / speed) if speed else "?")
+        suffix = f"{count} [{_minutes(elapsed)}{eta}, {speed_text}]"
+        if self.total and width is not None: cells = max(5, min(20, width - len(self.desc) - len(suffix) - 7))
         bar = ""
         if self.total:
             fraction = min(self.n / self.total, 1.0)
-            bar = f"{100 * fraction:3.0f}%|{'#' * int(20 * fraction):<20}| "
-        return f"{self.desc}{bar}{count} [{elapsed:.1f}s, {speed}]"
+            bar = f"{100 * fraction:3.0f}%|{'#' * int(cells * fraction):<{cells}}| "
+        line = f"{self.desc}{bar}{suffix}"
+        if width is not None and len(line) > width:   # still too wide: cut the description
+            line = f"{self.desc[:max(width - len(bar) - len(suffix) - 5, 0)]}...: {bar}{suffix}"[:width]
+        return line
+    def speed(self, now: float | None = None) -> float | None:
+        """Units per second over the steps after the warm-up, or None before two such points in time exist."""
+        if self.rate_base is None: return None
+        base_time, base_n = self.rate_base
+        elapsed = (time.perf_counter() if now is None else now) - base_time
+        return (self.n - base_n) / elapsed if self.n > base_n and elapsed > 0 else None
     @classmethod
     def write(cls, text: str) -> None:
-        """Print a line above the bar."""
-        print(f"\r\033[K{text}", flush=True, file=sys.stderr)
+        """Print a line above the bar (the bar is redrawn below it on its next update)."""
+        if sys.stderr.isatty(): text = "\r" + text.ljust(cls._drawn_width)
+        cls._drawn_width = 0
+        print(text, flush=True, file=sys.stderr)
+
+def _minutes(seconds: float) -> str:
+    """``"01:05"`` (or ``"2:01:05"`` past an hour), as tqdm writes elapsed and remaining time."""
+    seconds = int(seconds)
+    hours, minutes = divmod(seconds // 60, 60)
+    return (f"{hours}:" if hours else "") + f"{minutes:02d}:{seconds % 60:02d}"
 
 def trange(n: int, **kwargs: Any) -> tqdm[int]:
     """``tqdm(range(n))``."""

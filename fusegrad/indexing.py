@@ -282,10 +282,18 @@ def assign(target: "Tensor", x: Any) -> "Tensor":
         stored = Tensor(storage, requires_grad=False).contiguous().realize().uop
         _replace_everywhere(storage, stored)
         storage, chain = view_chain(apply_chain(stored, chain))
-    if storage.op is Ops.MULTI:
-        # a view of a sharded tensor: write the whole tensor with the view's region replaced
-        merged = _merge_through(Tensor(storage, requires_grad=False), chain, value)
-        _replace_everywhere(storage, UOp(Ops.ASSIGN, storage.dtype, (storage, merged.uop)))
+    if isinstance(storage.device, tuple) and chain:
+        from fusegrad.schedule.multi import view_pieces, multi_axis
+        if any(op is Ops.EXPAND for op, _ in chain):
+            raise RuntimeError("can't assign to an expanded view: several positions share one element")
+        if view_pieces(storage.shape, multi_axis(storage), len(storage.device), chain) is None:
+            # a view that mixes the split axis with others (a reshape across it): write the whole
+            # tensor with the view's region replaced
+            merged = _merge_through(Tensor(storage, requires_grad=False), chain, value)
+            _replace_everywhere(storage, UOp(Ops.ASSIGN, storage.dtype, (storage, merged.uop)))
+            return target
+        # each shard writes only the part of the view it holds (schedule/multi.py, view_pieces)
+        _replace_everywhere(storage, UOp(Ops.ASSIGN, storage.dtype, (storage, value.uop), chain))
         return target
     if not chain:   # detach() of the whole buffer
         _replace_everywhere(storage, UOp(Ops.ASSIGN, storage.dtype, (storage, value.uop.reshape(storage.shape))))
@@ -297,14 +305,15 @@ def assign(target: "Tensor", x: Any) -> "Tensor":
 
 def _has_other_uses(x: "Tensor", value: Any) -> bool:
     """Does a live tensor other than ``x`` (and the value being written) read ``x``'s lazy graph?
-    Views of the same realized buffer don't count: they see the write, as they should."""
+    Views of the same realized buffer (``detach()`` too) don't count: they see the write, as they should."""
     from fusegrad.tensor import Tensor, all_tensors
     if not any(n.op is Ops.BUFFER for n in x.uop.toposort): return False
     value_graph = value.uop.toposort if isinstance(value, Tensor) else ()
     shared = x.uop.base if x._is_realized() else None
     for t in list(all_tensors):
         if t is x or (isinstance(value, Tensor) and t.uop is value.uop) or t.uop in value_graph: continue
-        if x.uop in t.uop.toposort and t.uop.base is not shared: return True
+        # a view of the buffer (movement ops or detach()) sees the write, as it should
+        if x.uop in t.uop.toposort and view_chain(t.uop)[0].base is not shared: return True
     return False
 
 def _is_bool_mask(index: Any) -> bool:

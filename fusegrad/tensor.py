@@ -8,20 +8,25 @@ graph is scheduled into fused kernels, compiled and run.
 [4.0, 7.0]
 """
 from __future__ import annotations
-import functools, hashlib, math, struct, weakref
+import functools, hashlib, itertools, math, struct, weakref
 from typing import Any, Callable, Iterable, Sequence
 from fusegrad.dtype import (DType, dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype, to_dtype, to_np_dtype,
                             from_np, ConstType)
 from fusegrad.helpers import argfix, prod, all_int, DEBUG, TRAINING, ceildiv, flatten, getenv, SPLIT_REDUCEOP
 from fusegrad.uop.ops import UOp, Ops, GroupOp, resolve, smax, sint_to_uop
 from fusegrad.device import Device, Buffer
-from fusegrad.schedule import create_schedule, new_buffer_uop, buffer_of, BUFFERS, ScheduleItem
+from fusegrad.schedule import create_schedule, ScheduleItem
+from fusegrad.buffers import new_buffer_uop, buffer_of, BUFFERS
 from fusegrad.engine.realize import run_schedule
 from fusegrad.mixins.processing import ProcessingMixin
 from fusegrad.mixins.functional import FunctionalMixin
 from fusegrad.codegen.transcendental import xsin
 
 all_tensors: "weakref.WeakSet[Tensor]" = weakref.WeakSet()
+
+# floats narrower than float32: their sums accumulate in float32 and return in the input's dtype (tinygrad's
+# rule), and their math (exp, log, sin ...) computes in float32 and rounds once
+_NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16) + dtypes.fp8s
 
 def _fromnp(array: Any, device: str, dtype: DType | None) -> UOp:
     """Copy a numpy array into a new device buffer and return a view of it with the array's shape."""
@@ -42,6 +47,12 @@ def _infer_list_dtype(data: Any) -> DType:
     if flat and all(isinstance(x, bool) for x in flat): return dtypes.bool
     if all(isinstance(x, (bool, int)) for x in flat) and flat: return dtypes.default_int
     return dtypes.default_float
+
+def _wrap_ints(data: Any, dtype: DType) -> Any:
+    """``data`` (nested lists) with every Python int wrapped into ``dtype`` two's complement style."""
+    if isinstance(data, (list, tuple)): return [_wrap_ints(x, dtype) for x in data]
+    if isinstance(data, int) and not isinstance(data, bool) and dtypes.is_int(dtype): return dtypes.as_const(data, dtype)
+    return data
 
 def _flatten_nested(data: Any) -> Iterable[Any]:
     if isinstance(data, (list, tuple)):
@@ -103,6 +114,14 @@ def _trig_uop(x: UOp, quarter_turns: int) -> UOp:
     if x.dtype in (dtypes.float32, dtypes.float64): return xsin(x, quarter_turns)
     return xsin(x.cast(dtypes.float32), quarter_turns).cast(x.dtype)
 
+def _explicit_gradients(ret: UOp, grad: UOp) -> tuple[UOp | None, ...]:
+    """An Ops.CUSTOM gradient rule for ``CUSTOM(value, x_1..x_n, c_1..c_n)``: input ``x_i`` gets ``grad * c_i``
+    (None for an int input), the coefficients ``c_i`` (detached graphs) get none. The coefficients are sources,
+    not part of the arg, so equal graphs stay equal UOps (the schedule cache keys on them)."""
+    count = (len(ret.src) - 1) // 2
+    inputs, coefficients = ret.src[1:1 + count], ret.src[1 + count:]
+    return tuple(grad * c.cast(grad.dtype) if dtypes.is_float(x.dtype) else None for x, c in zip(inputs, coefficients)) + (None,) * count
+
 def _cos_gradient(ret: UOp, grad: UOp) -> tuple[UOp]: return (-ret.src[1].alu(Ops.SIN) * grad,)
 def _tan_gradient(ret: UOp, grad: UOp) -> tuple[UOp]: return (grad + grad * ret * ret,)   # ret: tan x, differentiable
 
@@ -149,6 +168,8 @@ class _TrainMode:
             with _TrainMode(self.mode): return fn(*args, **kwargs)
         return wrapper
 
+_CLONE_IDS = itertools.count()   # makes every clone() a distinct UOp (see Tensor.clone)
+
 class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     """A lazy multi-dimensional array with autograd. See the module docstring for an example."""
     __slots__ = ("uop", "requires_grad", "grad", "_ctx", "_backward_done", "__weakref__")
@@ -159,6 +180,11 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
 
     def __init__(self, data: Any = None, device: str | tuple | None = None, dtype: DType | str | None = None,
                  requires_grad: bool | None = None):
+        if type(data) is UOp and dtype is None and device is None and requires_grad is not True and data.shape is not None:
+            # the front end's own ops (Tensor(uop)): nothing to convert, place or check
+            self.uop, self.requires_grad, self.grad, self._ctx = data, requires_grad, None, None
+            all_tensors.add(self)
+            return
         dtype = to_dtype(dtype) if dtype is not None else None
         device = _canonical_device(device)
         devices = None
@@ -184,6 +210,8 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             target = dtype or _infer_list_dtype(data)
             try: array = np.array(data, dtype=to_np_dtype(target) if target.fmt is not None else np.float32)
             except ValueError as e: raise ValueError(f"can't make a tensor from a ragged or invalid list: {e}") from None
+            except OverflowError:   # ints the dtype can't hold wrap like C (tinygrad: Tensor([2**40]) is int32 0)
+                array = np.array(_wrap_ints(data, target), dtype=to_np_dtype(target))
             uop = _fromnp(array, device, target)
         elif type(data).__module__ == "numpy" or hasattr(data, "__array__"):
             import numpy as np
@@ -438,7 +466,9 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         [1, 2]
         """
         source = self if device is None else self.to(device)
-        ret = Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (source.uop,)), requires_grad=self.requires_grad)
+        # UOps are interned: a plain CONTIGUOUS would make two clones of one tensor the same node, realized into
+        # one shared buffer (a write to one clone changed the other). A fresh arg makes each clone its own copy.
+        ret = Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (source.uop,), ("clone", next(_CLONE_IDS))), requires_grad=self.requires_grad)
         if self.grad is not None: ret.grad = self.grad.clone(device=device)
         return ret
 
@@ -1044,10 +1074,35 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
 
     def _binary(self, op: Ops, y: Any, reverse: bool = False) -> "Tensor":
         x, y = self._broadcasted(y, reverse)
+        # bool + bool is OR and bool * bool is AND (tinygrad's values): C would count, True + True = 2 in a fused cast
+        if x.dtype == dtypes.bool and op in (Ops.ADD, Ops.MUL): op = Ops.OR if op is Ops.ADD else Ops.AND
         return x._apply(op, y)
     def _compare(self, op: Ops, y: Any, reverse: bool = False) -> "Tensor":
+        if (exact := self._with_big_int_literal(op.name, y, reverse)) is not None: return exact
         x, y = self._broadcasted(y, reverse)
         return x._apply(op, y, dtype=dtypes.bool)
+    def _with_big_int_literal(self, op: str, y: Any, reverse: bool = False) -> "Tensor | None":
+        """``self OP y`` for a Python int ``y`` that self's int dtype can't hold, with y's exact value, or None
+        when y fits (or isn't an int literal). tinygrad keeps a literal's value and folds such ops from the
+        tensor's bounds, so ``int32_t < 2**40`` is all True and ``int32_t.maximum(2**40)`` is 2**40 wrapped to
+        int32 (0); arithmetic (+, *, &, ...) wraps the literal first, which gives the same result modulo 2**32."""
+        dtype = self.dtype
+        if isinstance(y, bool) or not isinstance(y, int) or not dtypes.is_int(dtype) or dtypes.is_weak(dtype): return None
+        if dtype.min <= y <= dtype.max: return None   # type: ignore[operator]
+        above = y > dtype.max   # type: ignore[operator]
+        if op in ("CMPLT", "CMPNE", "CMPEQ"):
+            value = {"CMPNE": True, "CMPEQ": False}.get(op, above != reverse)
+            return self._const(value, dtypes.bool)
+        if reverse: return None   # (a literal on the left of //, % is used wrapped, as tinygrad does)
+        wrapped = self._const(y)
+        if op == "MAX": return wrapped if above else self
+        if op == "MIN": return self if above else wrapped
+        if op == "IDIV": return self._const(0)
+        # floor division and Python's remainder: |y| exceeds every |x|, so the quotient is 0 or -1
+        negative_quotient = (self < 0) if above else (self > 0)
+        if op == "FLOORDIV": return negative_quotient.where(-1, 0).cast(dtype)
+        if op == "MOD": return negative_quotient.where(self + wrapped, self)
+        return None
 
     # ---------------------------------------------------------------- casts
     def cast(self, dtype: DType | str) -> "Tensor":
@@ -1077,8 +1132,8 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if self.requires_grad: raise RuntimeError("can't bitcast a tensor that requires grad")
         old, new = dtypes.concrete(self.dtype).itemsize, dtype.itemsize
         if old == new: return self if self.dtype == dtype else self._apply(Ops.BITCAST, dtype=dtype)
-        if not self.shape or (self.shape[-1] * old) % new != 0:
-            raise ValueError(f"can't bitcast shape {self.shape} of {self.dtype} to {dtype}: the last dimension doesn't divide")
+        if not self.shape or (self.shape[-1] * old) % new != 0:   # a RuntimeError, as in tinygrad
+            raise RuntimeError(f"can't bitcast shape {self.shape} of {self.dtype} to {dtype}: the last dimension doesn't divide")
         if isinstance(self.device, str) and self.device.startswith("DISK:"):
             from fusegrad.runtime.ops_disk import disk_view
             return disk_view(self, dtype=dtype)
@@ -1155,6 +1210,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         [[1, 2], [3, 4]]
         """
         shape = argfix(*shape)
+        if shape == self.shape: return self   # (expand and broadcasting reshape to the same shape: skip the checks)
         if any(s is None for s in shape): shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
         if shape.count(-1) > 1: raise RuntimeError(f"reshape can infer only one dimension, got {shape}")
         if -1 in shape:
@@ -1249,8 +1305,20 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         inside = Tensor(UOp.const(dtypes.bool, True, x.device, x.shape))._apply(Ops.PAD, arg=positive)
         return inside.where(padded, value)
     def _pad_mode(self, pairs: list, mode: str) -> "Tensor":
+        """reflect / replicate / circular padding; a negative amount crops that side. torch's and tinygrad's order:
+        reflect and replicate pad from the whole input, then crop ((1, -4) reflects x[1] in, then crops 4);
+        circular crops first and wraps around what is left."""
         x = self
         for dim, (before, after) in enumerate(pairs):
+            if before < 0 or after < 0:
+                if x.shape[dim] + min(before, 0) + min(after, 0) < 0:
+                    raise ValueError(f"padding {before, after} crops more than dim {dim} of size {x.shape[dim]} holds")
+                positive = [(max(before, 0), max(after, 0)) if i == dim else (0, 0) for i in range(x.ndim)]
+                if mode != "circular": x = x._pad_mode(positive, mode)
+                size = x.shape[dim]
+                x = x.shrink(tuple((-min(before, 0), size + min(after, 0)) if i == dim else None for i in range(x.ndim)))
+                if mode == "circular": x = x._pad_mode(positive, mode)
+                continue
             if before == 0 and after == 0: continue
             size = x.shape[dim]
             if mode == "reflect" and (before >= size or after >= size):
@@ -1417,7 +1485,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """
         acc = to_dtype(acc_dtype or dtype) if (acc_dtype or dtype) else sum_acc_dtype(self.dtype)
         result = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
-        if dtype is None and acc_dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16): return result.cast(self.dtype)
+        if dtype is None and acc_dtype is None and self.dtype in _NARROW_FLOATS: return result.cast(self.dtype)
         return result.cast(to_dtype(dtype)) if dtype is not None else result
     def prod(self, axis: Any = None, keepdim: bool = False, acc_dtype: DType | None = None, dtype: DType | None = None) -> "Tensor":
         """Product over ``axis``, in ``self``'s dtype unless ``dtype`` is given (tinygrad 0.14: an int8 product
@@ -1475,7 +1543,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """
         out_dtype = least_upper_float(self.dtype) if not dtypes.is_weak(self.dtype) else dtypes.default_float
         count = prod(self.shape[a] for a in self._resolve_axes(axis)) if self.ndim else 1
-        total = self.cast(out_dtype).sum(axis, keepdim, acc_dtype=sum_acc_dtype(out_dtype) if out_dtype not in (dtypes.float16, dtypes.bfloat16) else dtypes.float32)
+        total = self.cast(out_dtype).sum(axis, keepdim, acc_dtype=sum_acc_dtype(out_dtype) if out_dtype not in _NARROW_FLOATS else dtypes.float32)
         if count == 0: return (total * math.nan).cast(out_dtype)
         return (total / count).cast(out_dtype)
     def var(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> "Tensor":
@@ -1673,7 +1741,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """self as a float tensor to compute math in: float16 and bfloat16 widen to float32 (one
         rounding at the end instead of one per step, like torch)."""
         x = self._float()
-        return x.cast(dtypes.float32) if x.dtype in (dtypes.float16, dtypes.bfloat16) else x
+        return x.cast(dtypes.float32) if x.dtype in _NARROW_FLOATS else x
     def _narrow_dtype(self, original: "Tensor") -> DType:
         """The dtype a result computed on ``original._widened()`` (self) is returned in."""
         return original._float().dtype
@@ -1775,7 +1843,9 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if self.dtype == dtypes.bool: return self
         zero = self._const(0)
         one = self._const(1)
-        return self.ne(0).where((self < 0).where(-one if not dtypes.is_unsigned(self.dtype) else one, one), zero) + (self * 0 if dtypes.is_float(self.dtype) else 0)
+        signs = self.ne(0).where((self < 0).where(-one if not dtypes.is_unsigned(self.dtype) else one, one), zero)
+        # nan stays nan (selected, not added as self * 0, which is nan for +-inf too)
+        return self.isnan().where(self, signs) if dtypes.is_float(self.dtype) else signs
     def clip(self, min_: Any = None, max_: Any = None) -> "Tensor":
         """Limit values to [min_, max_].
 
@@ -2135,6 +2205,9 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         >>> Tensor([7.0, 1.0]).div(2).tolist()
         [3.5, 0.5]
         """
+        if rounding_mode in ("trunc", "floor") and \
+                (exact := self._with_big_int_literal("IDIV" if rounding_mode == "trunc" else "FLOORDIV", x, reverse)) is not None:
+            return exact
         a, b = self._broadcasted(x, reverse)
         if rounding_mode is not None:
             if rounding_mode not in ("trunc", "floor"): raise RuntimeError(f"rounding_mode must be 'trunc' or 'floor', got {rounding_mode!r}")
@@ -2156,6 +2229,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         >>> Tensor([7, -7]).idiv(2).tolist()
         [3, -3]
         """
+        if (exact := self._with_big_int_literal("IDIV", x, reverse)) is not None: return exact
         a, b = self._broadcasted(x, reverse)
         if not dtypes.is_int(a.dtype): raise TypeError(f"idiv needs integer tensors, got {a.dtype}")
         return a._apply(Ops.IDIV, b)
@@ -2165,6 +2239,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         >>> Tensor([-7, 7]).mod(3).tolist()
         [2, 1]
         """
+        if (exact := self._with_big_int_literal("MOD", x, reverse)) is not None: return exact
         a, b = self._broadcasted(x, reverse)
         if dtypes.is_int(a.dtype):
             r = a._apply(Ops.MOD, b)
@@ -2189,13 +2264,38 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             # tinygrad's rule: an int result with a negative Python int exponent (or base) would be 1/n, not an int
             raise RuntimeError(f"the base needs to be float for a negative int constant ({x}), got a {self.dtype} tensor; cast it first")
         if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool):
-            if x == 0: return self.isfinite().where(self * 0, 0) + 1 if dtypes.is_float(self.dtype) else self._const(1)   # 1 for nan/inf too
-            if x in (1, 2, 3): return functools.reduce(lambda a, _: a * self, range(int(x) - 1), self)
-            if x == 0.5: return (self == -math.inf).where(math.inf, (self == 0).where(0.0, self.sqrt()))   # pow(-inf, .5) = inf, pow(-0, .5) = +0
-            if x == -1: return self.reciprocal()
-            if x < 0 and x == int(x) and dtypes.is_float(self.dtype): return self.pow(-x).reciprocal()
+            if not dtypes.is_float(self.dtype) or self.requires_grad is False:
+                if (fast := self._pow_scalar(x)) is not None: return fast
+            elif (fast := self.detach()._pow_scalar(x)) is not None:
+                # products, sqrt and reciprocals give exact values, but their chain-rule gradient is nan at 0 or
+                # inf (inf * 0): the gradient is PyTorch's x * self**(x-1) instead, like the general case below
+                coefficient = self._const(0.0) if x == 0 else x * self.detach().pow(x - 1)
+                return Tensor(UOp(Ops.CUSTOM, fast.dtype, (fast.uop, self.uop, coefficient.uop), _explicit_gradients),
+                              requires_grad=self.requires_grad)
+        if not reverse and self._with_big_int_literal("CMPNE", x) is not None: return self._int_pow_literal(x)
         base, exponent = self._broadcasted(x, reverse)
         if dtypes.is_int(base.dtype) and dtypes.is_int(exponent.dtype): return base._int_pow(exponent)
+        if base.requires_grad is False and exponent.requires_grad is False: return base._pow_value(exponent)
+        # the value comes from exp2/log2 (with sign and special-case fixes), whose chain-rule gradient is nan
+        # at a zero or infinite base; the gradients are PyTorch's formulas instead (finite wherever torch's are)
+        base_d, exponent_d = base.detach(), exponent.detach()
+        value = base_d._pow_value(exponent_d)
+        base_grad = (exponent_d == 0).where(0.0, exponent_d * base_d._pow_value(exponent_d - 1))
+        log_base = (base_d < 0).where(math.nan, base_d._float().log())
+        exponent_grad = ((base_d == 0) & (exponent_d >= 0)).where(0.0, value * log_base)
+        return Tensor(UOp(Ops.CUSTOM, value.dtype, (value.uop, base.uop, exponent.uop, base_grad.uop, exponent_grad.uop), _explicit_gradients),
+                      requires_grad=base._grad_flag(exponent))
+    def _pow_scalar(self, x: int | float) -> "Tensor | None":
+        """self ** x by multiplication, sqrt or reciprocal for the exponents that have such a form, else None."""
+        if x == 0: return self.isfinite().where(self * 0, 0) + 1 if dtypes.is_float(self.dtype) else self._const(1)   # 1 for nan/inf too
+        if x in (1, 2, 3): return functools.reduce(lambda a, _: a * self, range(int(x) - 1), self)
+        if x == 0.5: return (self == -math.inf).where(math.inf, (self == 0).where(0.0, self.sqrt()))   # pow(-inf, .5) = inf, pow(-0, .5) = +0
+        if x == -1: return self.reciprocal()
+        if x < 0 and float(x).is_integer() and dtypes.is_float(self.dtype): return self.pow(-x).reciprocal()
+        return None
+    def _pow_value(self, exponent: "Tensor") -> "Tensor":
+        """self ** exponent for broadcast float (or int base, float exponent) tensors, through exp2/log2."""
+        base = self
         base, exponent = base._float(), exponent.cast(least_upper_float(base.dtype))
         magnitude = (exponent * base.abs().log2()).exp2()
         is_int = exponent.trunc() == exponent            # true for +-inf too
@@ -2207,6 +2307,14 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         # base 1 with a finite exponent already gives exactly 1 with its gradient: only the nan/inf exponents are overridden
         one = (exponent == 0) | ((base == 1) & exponent.isfinite().logical_not()) | ((base == -1) & exponent.isinf())
         return one.where(1.0, result)
+    def _int_pow_literal(self, exponent: int) -> "Tensor":
+        """self ** exponent for an int tensor and a positive Python int too big for its dtype: square and
+        multiply over the exponent's exact bits (wrapping like every int product), as tinygrad's result is."""
+        result, square = self._const(1), self
+        for bit in reversed(bin(exponent)[2:]):
+            if bit == "1": result = result * square
+            square = square * square
+        return result
     def _int_pow(self, exponent: "Tensor") -> "Tensor":
         result, base, e = self._const(1), self, exponent
         for _ in range(64 if dtypes.concrete(self.dtype).itemsize == 8 else 32):
@@ -2219,6 +2327,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         >>> Tensor([1, 5]).maximum(Tensor([3, 2])).tolist()
         [3, 5]
         """
+        if (exact := self._with_big_int_literal("MAX", x)) is not None: return exact
         return self._binary(Ops.MAX, x)
     def minimum(self, x: Any) -> "Tensor":
         """Elementwise minimum of two tensors (broadcasting).
@@ -2226,6 +2335,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         >>> Tensor([1, 5]).minimum(Tensor([3, 2])).tolist()
         [1, 2]
         """
+        if (exact := self._with_big_int_literal("MIN", x)) is not None: return exact
         a, b = self._broadcasted(x)
         return a._inverse().maximum(b._inverse())._inverse()
     def where(self, x: Any, y: Any) -> "Tensor":

@@ -33,6 +33,13 @@ HANG_GUARD_S = int(os.environ.get("FUSEGRAD_TEST_HANG_GUARD", "120"))
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "hang_guard(seconds): a longer hang guard for slow end-to-end tests")
+    config.addinivalue_line("markers", "cuda: needs an NVIDIA GPU and its driver (skipped, with the reason, where there is none)")
+
+def pytest_collection_modifyitems(config, items):
+    """``FUSEGRAD_TEST_SAMPLE=N`` keeps every N-th collected test, deterministically (test/runtime/test_cl_suite.py runs
+    a sample of the op tests on the CL device, where each new kernel costs a slow OpenCL build)."""
+    every = int(os.environ.get("FUSEGRAD_TEST_SAMPLE", "1"))
+    if every > 1: items[:] = items[::every]
 
 @pytest.fixture(autouse=True)
 def _hang_guard(request):

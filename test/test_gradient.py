@@ -302,3 +302,4 @@ def test_equal_constant_leaves_get_their_own_gradients():
     (torch.tensor(x) * ta + torch.tensor(x) ** 2 * tb + torch.ones(3) * torch.tensor(x)).sum().backward()
     _close(a.grad, ta.grad)
     _close(b.grad, tb.grad)
+

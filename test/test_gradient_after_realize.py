@@ -2,6 +2,7 @@
 all of it) was realized: realizing must not cut the graph that is differentiated. References
 come from PyTorch (with requires_grad set on its side)."""
 import numpy as np
+import pytest
 import torch
 from fusegrad import Tensor
 
@@ -121,3 +122,17 @@ def test_realized_identity_of_a_detached_leaf_has_no_gradient():
     b.realize()
     (b * x.reshape(3)).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), [[1.0, 2.0, 3.0]])   # only through the second factor
+
+@pytest.mark.parametrize("exponent", [2, 2.5, -0.5])
+def test_realized_pow_differentiates_through_its_explicit_gradient(exponent):
+    """``**`` has an explicit gradient around a detached value graph, with coefficients computed from that value:
+    realizing it and then calling backward() once left the parameter without a gradient, or failed (the
+    recorded origin read its own buffer: a cycle)."""
+    data = np.linspace(-1, 1, 10, dtype=np.float32)
+    x = Tensor(data, requires_grad=True)
+    y = (x.abs() + 0.5) ** exponent
+    y.realize()
+    y.sum().backward()
+    reference = torch.tensor(data, requires_grad=True)
+    ((reference.abs() + 0.5) ** exponent).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), reference.grad.numpy(), rtol=1e-5)

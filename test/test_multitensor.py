@@ -371,7 +371,7 @@ def test_errors(rng):
     with pytest.raises(ValueError, match="different devices"): x + y
     with pytest.raises(RuntimeError, match="device"): Tensor(a).realize().assign(x)
     GlobalCounters.reset()
-    with pytest.raises(ValueError, match="move elements between shards"): x.reshape(2, 6).realize()
+    with pytest.raises(RuntimeError, match="move elements between shards"): x.reshape(2, 6).realize()
     assert GlobalCounters.kernel_count == 0
 
 # ---------------------------------------------------------------- a data-parallel ResNet-style step
@@ -475,3 +475,81 @@ def test_assign_between_devices_raises_before_work():
     single, split = Tensor.zeros(4, 4).contiguous().realize(), Tensor.ones(4, 4).contiguous().shard(D2, axis=0).realize()
     with pytest.raises(RuntimeError, match="device"): single.assign(split)
     with pytest.raises(RuntimeError, match="device"): split.assign(single)
+
+# ---------------------------------------------------------------- view assigns write per shard
+
+def _written_per_kernel(t: Tensor) -> list[tuple[str, int]]:
+    """Schedule ``t``'s pending writes and run them; returns (device, elements its loops cover) per kernel."""
+    items = t.schedule()
+    loops = [(si.buffer_uops[0].arg[1], int(np.prod([r.src[0].arg for r in si.ast.toposort if r.op is Ops.RANGE])))
+             for si in items]
+    run_schedule(items)
+    return loops
+
+# (view, the numpy view of the same elements, the devices it reaches when split along axis 0 over D4)
+SHARD_VIEWS = [
+    ("cols", lambda t: t[:, 1:3], lambda r: r[:, 1:3], D4),
+    ("rows in one shard", lambda t: t[2:4], lambda r: r[2:4], D4[1:2]),
+    ("rows over two shards", lambda t: t[3:5], lambda r: r[3:5], D4[1:3]),
+    ("every other row", lambda t: t[::2], lambda r: r[::2], D4),
+    ("step rows", lambda t: t[1::3], lambda r: r[1::3], ("CPU:1", "CPU:3", "CPU:4")),
+    ("step rows in one shard", lambda t: t[5::4], lambda r: r[5::4], D4[2:3]),
+    ("negative step", lambda t: t[::-2, 2], lambda r: r[::-2, 2], D4),
+    ("flip", lambda t: t.flip(0)[:2], lambda r: r[::-1][:2], D4[3:]),
+    ("transpose", lambda t: t.T[1, 4:], lambda r: r.T[1, 4:], D4[2:]),
+    ("reshape", lambda t: t.reshape(4, 12)[1, 3:9], lambda r: r.reshape(4, 12)[1, 3:9], D4[1:2]),
+    ("chained", lambda t: t[1:][::2][1:3], lambda r: r[1:][::2][1:3], D4[1:3]),
+    ("shrink of a pad", lambda t: t.pad(((1, 1), (0, 0)))[6:9], lambda r: r[5:8], D4[2:]),
+]
+
+@pytest.mark.parametrize("name, view, np_view, reached", SHARD_VIEWS, ids=[v[0] for v in SHARD_VIEWS])
+def test_view_assign_on_split_tensor_writes_only_the_shards_it_reaches(name, view, np_view, reached):
+    ref = np.arange(48, dtype=np.float32).reshape(8, 6)
+    x = Tensor(ref).shard(D4, axis=0).realize()
+    target = view(x)
+    value = np.arange(100, 100 + int(np.prod(target.shape)), dtype=np.float32).reshape(target.shape)
+    target.assign(Tensor(value).shard(D4, axis=None).realize())
+    # one kernel per shard the view reaches, each over that shard's part of the view only
+    loops = _written_per_kernel(x)
+    assert [d for d, _ in loops] == list(reached)
+    assert sum(n for _, n in loops) == value.size
+    np_view(ref)[...] = value
+    np.testing.assert_array_equal(x.numpy(), ref)
+
+@pytest.mark.parametrize("axis", [0, 1, None])
+def test_view_assign_on_sharded_tensor_matches_numpy(rng, axis):
+    ref = data(rng, 4, 6)
+    x = Tensor(ref).shard(D2, axis=axis).realize()
+    x[1:3, 1:5].assign(x[1:3, 1:5] * 10)          # reads the target: each shard writes its own part
+    ref[1:3, 1:5] *= 10
+    x[::3, 1::2] = 7.0                             # setitem with steps takes the same path
+    ref[::3, 1::2] = 7.0
+    x.flip(1)[2:].assign(Tensor(np.ones((2, 6), np.float32)).shard(D2, axis=axis))   # a value split like the target
+    ref[:, ::-1][2:] = 1.0
+    np.testing.assert_array_equal(x.numpy(), ref)
+
+def test_replicated_view_assign_is_one_kernel_per_device():
+    x = Tensor(np.zeros((4, 4), np.float32)).shard(D2, axis=None).realize()
+    x[1:3, 1:3].assign(Tensor.full((2, 2), 5.0, device=D2))
+    assert _written_per_kernel(x) == [("CPU:1", 4), ("CPU:2", 4)]
+    expected = np.zeros((4, 4), np.float32)
+    expected[1:3, 1:3] = 5
+    np.testing.assert_array_equal(x.numpy(), expected)
+
+def test_view_assign_across_the_split_axis_rewrites_the_shards():
+    # a reshape that moves elements between shards has no per-shard view: the whole tensor is
+    # written with the view's region replaced (still correct, one kernel per shard)
+    ref = np.arange(24, dtype=np.float32).reshape(6, 4)
+    x = Tensor(ref).shard(D2, axis=1).realize()
+    x.reshape(4, 6)[1:3].assign(Tensor.full((2, 6), -1.0, device=D2))
+    ref.reshape(4, 6)[1:3] = -1
+    np.testing.assert_array_equal(x.numpy(), ref)
+
+def test_view_assign_after_a_pending_whole_assign_on_a_sharded_tensor():
+    ref = np.arange(8, dtype=np.float32).reshape(4, 2)
+    x = Tensor(ref).shard(D2, axis=0).realize()
+    x.assign(x * 2)
+    x[1:3].assign(x[1:3] + 100)                   # applies after the whole assign
+    ref = ref * 2
+    ref[1:3] += 100
+    np.testing.assert_array_equal(x.numpy(), ref)

@@ -158,3 +158,15 @@ def test_optimizer_device_argument(make):
     w_other, opt = train(device="PYTHON")
     assert opt.device == "PYTHON" and opt.lr.device == "PYTHON" and w_other.device == Device.DEFAULT
     np.testing.assert_allclose(w_other.numpy(), w_default.numpy(), rtol=1e-5, atol=1e-6)
+
+def test_clones_of_one_tensor_are_separate_copies():
+    # UOps are interned: two clones of one tensor were the same node and realized into one buffer, so writing
+    # one clone changed the other, and setitem on one refused ("other lazy uses": fuzz seed 20227)
+    x = Tensor([0.0, 1.0, 2.0, 3.0])
+    a, b = x.clone(), x.clone()
+    b[1:3] = Tensor(9.0)
+    a.realize()
+    c = x.clone().realize()
+    c.assign(Tensor([5.0, 5.0, 5.0, 5.0])).realize()
+    assert a.tolist() == [0.0, 1.0, 2.0, 3.0] and b.tolist() == [0.0, 9.0, 9.0, 3.0]
+    assert c.tolist() == [5.0] * 4 and x.tolist() == [0.0, 1.0, 2.0, 3.0]

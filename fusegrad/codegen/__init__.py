@@ -1,40 +1,32 @@
 """Codegen: from a kernel AST (a SINK of STOREs over RANGEs) to a rendered ``ProgramSpec``.
 
     simplify index math (and gated addresses) → optimize (codegen/opt) → bfloat16 emulation → transcendentals
-    → grouped reduces to local memory → launch dims → reduces to accumulators → vector loads of contiguous lanes
+    → grouped reduces to local memory → launch dims → reduces to accumulators → fp8 emulation → vector loads of contiguous lanes
     → index dtype → linearize
     → vectorize innermost UPCAST loops (renderers with vector types) → render
 """
 from __future__ import annotations
 from fusegrad.dtype import dtypes
-from fusegrad.helpers import prod, DEBUG, NOOPT, TRANSCENDENTAL, VECTORIZE, BEAM, USE_TC, TC_OPT, VIZ, ContextVar
-from fusegrad.uop.ops import UOp, Ops, GroupOp, AxisType, graph_rewrite
+from fusegrad.helpers import prod, DEBUG, VIZ
+from fusegrad.uop.ops import UOp, Ops, GroupOp, graph_rewrite
 from fusegrad.uop.symbolic import symbolic
 from fusegrad.renderer import Renderer, ProgramSpec
-from fusegrad.codegen.lowering import lower_reduces, lower_group_reduces, to_launch_dims, narrow_index_dtype, emulate_bfloat16, \
-    unwrap_gated_indexes, load_contiguous_lanes
+from fusegrad.codegen.kernel import range_size
+from fusegrad.codegen.opt import optimize_kernel
+from fusegrad.codegen.lowering import lower_reduces, lower_group_reduces, to_launch_dims, narrow_index_dtype, emulate_bfloat16, emulate_fp8, \
+    unwrap_gated_indexes, load_contiguous_lanes, collapse_onehot_reduces
 from fusegrad.codegen.linearize import linearize
 from fusegrad.codegen.transcendental import decompose_transcendentals
 from fusegrad.codegen.vectorize import vectorize_loops
 
-# Every Context setting get_program reads. Their values are part of the compiled-kernel cache key
-# (engine/realize.py), so a kernel compiled under Context(VECTORIZE=0) or TC=0 is not reused under
-# other settings. A new setting that changes generated code belongs here.
-CODEGEN_SETTINGS: tuple[ContextVar, ...] = (BEAM, NOOPT, VECTORIZE, USE_TC, TC_OPT, TRANSCENDENTAL)
-
-def codegen_settings() -> tuple:
-    """The current values of ``CODEGEN_SETTINGS``."""
-    return tuple(setting.value for setting in CODEGEN_SETTINGS)
-
-def _range_size(r: UOp):
-    bound = r.src[0]
-    return bound.arg if bound.op is Ops.CONST else bound
+# (the Context settings get_program reads are listed in renderer/__init__.py, CODEGEN_FLAGS: their values are
+# part of ``renderer.options``, the compiled-kernel cache key)
 
 def kernel_name(ast: UOp) -> str:
     """``E_4_16`` for elementwise work, ``r_64_16`` for a reduce: 'E'/'r' then the loop sizes."""
     ranges = sorted([x for x in ast.toposort if x.op is Ops.RANGE], key=lambda r: r.arg[0])
     has_reduce = any(x.op is Ops.REDUCE for x in ast.toposort)
-    sizes = "_".join(str(_range_size(r)) if isinstance(_range_size(r), int) else _range_size(r).render().replace(" ", "")
+    sizes = "_".join(str(range_size(r)) if isinstance(range_size(r), int) else range_size(r).render().replace(" ", "")
                      for r in ranges)
     name = ("r" if has_reduce else "E") + ("_" + sizes if sizes else "")
     return "".join(c if c.isalnum() or c == "_" else "_" for c in name)
@@ -51,7 +43,7 @@ def estimate_cost(ast: UOp) -> tuple:
         context[x] = ctx
         counts_as = 2 if x.op is Ops.MULACC else 1
         if (x.op in GroupOp.ALU and x.dtype != dtypes.index and not _is_index_math(x)) or x.op is Ops.REDUCE:
-            trips = prod(_range_size(r) for r in (context[x.src[0]] if x.op is Ops.REDUCE else ctx))
+            trips = prod(range_size(r) for r in (context[x.src[0]] if x.op is Ops.REDUCE else ctx))
             flops = flops + counts_as * trips
     params = {x for x in ast.toposort if x.op is Ops.PARAM}
     mem = sum(p.dtype.size * p.dtype.base.itemsize for p in params)
@@ -62,36 +54,43 @@ def _is_index_math(x: UOp) -> bool:
     return x.op in GroupOp.Comparison | {Ops.AND, Ops.OR} and all(s.dtype in (dtypes.index, dtypes.bool) for s in x.src) \
         and any(s.dtype == dtypes.index for s in x.toposort if s is not x)
 
+def simplify_kernel(ast: UOp) -> UOp:
+    """The kernel AST that optimization actions apply to (BEAM's search space, and the heuristic's input):
+    simplified, one-hot lookup reduces collapsed into single reads, gated indexes unwrapped. Actions legal on a raw
+    schedule AST may not be legal on this one (a size-1 loop folds away)."""
+    return unwrap_gated_indexes(graph_rewrite(collapse_onehot_reduces(graph_rewrite(ast, symbolic)), symbolic))
+
 def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> ProgramSpec:
     """Optimize, lower, linearize and render one kernel."""
     # every buffer slot stays a kernel parameter even if simplification drops its last use
     # (c.where(x, x) no longer reads c): callers pass buffers by slot, so a missing one would shift the rest
     params = sorted({x for x in ast.toposort if x.op is Ops.PARAM}, key=lambda p: p.arg)
+    options = renderer.options   # the target's capabilities and the codegen flags, read once
     from fusegrad.viz import trace
     viz = trace.begin(ast, renderer) if VIZ else None   # VIZ=1 records each stage's graph and the rules that fired
-    ast = unwrap_gated_indexes(graph_rewrite(ast, symbolic))
+    ast = simplify_kernel(ast)
     if viz is not None: trace.stage("symbolic", ast)
     name = kernel_name(ast)
     if DEBUG >= 5: print(f"kernel {name}:\n{ast}")
     flops, mem = estimate_cost(ast)
     applied: tuple = ()
-    from fusegrad.codegen.opt import optimize_kernel
     ast, applied = optimize_kernel(ast, renderer, opts)
     if viz is not None: trace.stage(f"optimize {list(map(str, applied))}", ast)
     ast = emulate_bfloat16(ast)
     # exp2/log2/sin as polynomial code, so loops vectorize (libm calls are scalar); e**x (EXP2(x * log2 e))
     # on every renderer, since a native exp2 can't undo the rounding of x * log2 e
-    if TRANSCENDENTAL >= 1:
-        ast = decompose_transcendentals(ast, exp_only=TRANSCENDENTAL < 2 and renderer.native_transcendentals)
+    if options.transcendental >= 1:
+        ast = decompose_transcendentals(ast, exp_only=options.transcendental < 2 and options.native_transcendentals)
     # after bfloat16 emulation, so the local buffers of grouped reduces hold float32
     ast = lower_group_reduces(ast)
     if viz is not None: trace.stage("bfloat16, transcendentals, grouped reduces", ast)
-    if renderer.has_local: ast, global_size, local_size = to_launch_dims(ast)
+    if options.has_local: ast, global_size, local_size = to_launch_dims(ast)
     else: global_size, local_size = [1, 1, 1], None
     ast = lower_reduces(ast)
+    ast = emulate_fp8(ast)   # after lower_reduces: an fp8 accumulator's every update rounds to fp8, as tinygrad's
     if viz is not None: trace.stage("launch dims, lower reduces", ast)
     ast = graph_rewrite(ast, symbolic)
-    if renderer.vector_loops: ast = load_contiguous_lanes(ast)
+    if options.vector_loops: ast = load_contiguous_lanes(ast)
     ast = narrow_index_dtype(ast)
     if viz is not None: trace.stage("symbolic, contiguous loads, narrow indices", ast)
     uops = linearize(ast)
@@ -99,7 +98,7 @@ def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Progr
     # (a dropped buffer's parameter is declared as bytes: its dtype may be one lowering emulates, like bfloat16)
     uops = [UOp(Ops.PARAM, dtypes.uint8.ptr(p.dtype.size * p.dtype.base.itemsize), (), p.arg) for p in params if p.arg not in present] + uops
     # innermost UPCAST loops as straight-line vector code, where the renderer has vector types
-    if renderer.vector_loops and VECTORIZE: uops = vectorize_loops(uops, renderer.max_vector_bytes)
+    if options.vector_loops and options.vectorize: uops = vectorize_loops(uops, options.max_vector_bytes)
     if DEBUG >= 6:
         for i, u in enumerate(uops): print(f"{i:4d} {u.op.name:12s} {u.dtype!r:24s} {u.arg!r}")
     src = renderer.render(name, uops)

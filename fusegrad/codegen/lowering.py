@@ -10,13 +10,15 @@ Each pass is a rule set or a small function over UOps:
   LOCAL and GROUP_REDUCE ranges local indices.
 - ``narrow_index_dtype``: index math runs in int32 when every bound fits, else int64.
 - ``emulate_bfloat16``: bfloat16 values compute in float32; loads and stores convert the bits.
+- ``emulate_fp8``: fp8 values compute in float32, rounded to fp8 after each op; memory holds the codes.
 - ``load_contiguous_lanes``: a vector of loads from consecutive addresses is one vector load.
 """
 from __future__ import annotations
 import functools, math
-from fusegrad.dtype import dtypes, DType
+from fusegrad.dtype import dtypes, DType, PtrDType
 from fusegrad.helpers import prod
 from fusegrad.uop.ops import UOp, Ops, GroupOp, AxisType, UPat, PatternMatcher, graph_rewrite
+from fusegrad.codegen.kernel import range_size, free_ranges, grouped_partial_slots, kernel_info, local_axes
 
 # ---------------------------------------------------------------- reduces become accumulators
 
@@ -25,15 +27,12 @@ def identity_value(op: Ops, dtype: DType):
     if op is Ops.MUL: return 1
     return dtypes.min(dtype)
 
-def ranges_in(u: UOp) -> list[UOp]:
-    return [x for x in u.toposort if x.op is Ops.RANGE]
-
 def slot_index(ranges: list[UOp]) -> UOp:
     """The flat slot of a register or local array indexed by constant-size ranges (last fastest)."""
     index, stride = UOp.const(dtypes.index, 0), 1
     for r in reversed(ranges):
         index = index + r * stride
-        stride *= r.src[0].arg
+        stride *= range_size(r)
     return index
 
 def lower_reduces(sink: UOp) -> UOp:
@@ -45,7 +44,6 @@ def lower_reduces(sink: UOp) -> UOp:
     array with one slot per upcast element: init and update loop over their own copies of those
     ranges (the update's copies nest *inside* the reduce loops, so the tile stays in registers),
     and the final read uses the original ranges."""
-    from fusegrad.codegen.opt import free_ranges
     reduces = [x for x in sink.toposort if x.op is Ops.REDUCE]
     if not reduces: return sink
     next_id = 1 + max(x.arg[0] for x in sink.toposort if x.op is Ops.RANGE)
@@ -63,7 +61,7 @@ def lower_reduces(sink: UOp) -> UOp:
                 made.append(UOp(Ops.RANGE, r.dtype, (r.src[0],) + parents + tuple(made), (next_id, AxisType.UPCAST)))
                 next_id += 1
             return made
-        size = prod(r.src[0].arg for r in upcasts)
+        size = prod(range_size(r) for r in upcasts)
         acc = UOp(Ops.DEFINE_REG, red.dtype.ptr(size), (), reg_number)
         init_ranges = copies(outer)
         identity = UOp.const(red.dtype.scalar(), identity_value(red.arg, red.dtype.scalar()))
@@ -98,7 +96,6 @@ def lower_group_reduces(sink: UOp) -> UOp:
     The partial's upcast elements are written in a loop over fresh copies of the UPCAST ranges
     that the END closes before the BARRIER, so the barrier is outside every loop; the final
     reduce then reads them back with the original UPCAST ranges."""
-    from fusegrad.codegen.opt import free_ranges, grouped_partial_slots
     grouped = [x for x in sink.toposort if x.op is Ops.REDUCE and any(r.arg[1] is AxisType.GROUP_REDUCE for r in x.src[1:])]
     if not grouped: return sink
     all_groups = sorted({r for red in grouped for r in red.src[1:] if r.arg[1] is AxisType.GROUP_REDUCE}, key=lambda r: r.arg[0])
@@ -117,7 +114,7 @@ def lower_group_reduces(sink: UOp) -> UOp:
         slots = grouped_partial_slots(sink, red)
         upcasts = [r for r in slots if r.arg[1] is AxisType.UPCAST]
         enclosing = tuple(sorted([r for r in free_ranges(red) if r.arg[1] is not AxisType.UPCAST], key=lambda r: r.arg[0]))
-        buffer = UOp(Ops.DEFINE_LOCAL, red.dtype.ptr(prod(r.src[0].arg for r in slots), local=True), (), f"temp{number}")
+        buffer = UOp(Ops.DEFINE_LOCAL, red.dtype.ptr(prod(range_size(r) for r in slots), local=True), (), f"temp{number}")
         copies: list[UOp] = []
         for u in upcasts: copies.append(new_range(u.src[0], enclosing + tuple(copies), AxisType.UPCAST))
         stored = partial.substitute(dict(zip(upcasts, copies))) if copies else partial
@@ -194,6 +191,40 @@ def unwrap_gated_indexes(sink: UOp) -> UOp:
     rule = UPat(Ops.INDEX, name="index", src=(UPat.var("buf"), UPat.var("offset"), UPat.var("gate")))
     return graph_rewrite(sink, PatternMatcher([(rule, _unwrap)]))
 
+def _collapse_onehot(red: UOp) -> UOp | None:
+    """``sum_r where(r == i, x(r), 0)`` (a one-hot lookup: nn.Embedding, tensor indexing) -> ``where(0 <= i < N,
+    x(i), 0)`` when ``i`` doesn't depend on ``r``: at most one ``r`` matches, so the reduce is one read.
+    The index is clamped so the read stays in bounds where no ``r`` matches (GPT-2's token embedding,
+    128 x 768 x 50257 compares: 0.6 s -> a copy)."""
+    if red.arg is not Ops.ADD or len(red.src) != 2 or red.src[1].op is not Ops.RANGE or red.src[0].op is not Ops.WHERE: return None
+    (cond, a, b), rng = red.src[0].src, red.src[1]
+    if cond.op not in (Ops.CMPNE, Ops.CMPEQ): return None
+    zero, picked = (a, b) if cond.op is Ops.CMPNE else (b, a)
+    if zero.op is not Ops.CONST or zero.arg != 0 or picked.dtype != red.dtype or not isinstance(size := range_size(rng), int): return None
+    def offset(x: UOp) -> UOp | None:
+        """``A`` where x is ``r + A`` (A free of r; a reduce split in two compares ``r_outer * n + r``), maybe
+        cast to an integer type that holds every value (never a wrapping one); 0 for plain r."""
+        if x.op is Ops.CAST and x.dtype in (dtypes.int32, dtypes.int64) and isinstance(x.src[0].vmax, int) and x.src[0].vmax < 2 ** 31: x = x.src[0]
+        if x is rng: return UOp.const(dtypes.index, 0)
+        if x.op is Ops.ADD and rng in x.src:
+            other = x.src[1] if x.src[0] is rng else x.src[0]
+            if rng not in other.toposort and other.dtype == dtypes.index: return other
+        return None
+    lhs, rhs = cond.src
+    if (base := offset(lhs)) is not None: index = rhs
+    elif (base := offset(rhs)) is not None: index = lhs
+    else: return None
+    if rng in index.toposort or not (dtypes.is_int(index.dtype) or index.dtype == dtypes.index): return None
+    # ranges nested in rng name it as a parent: substituting it there would rename them, so leave those alone
+    if any(x.op is Ops.RANGE and x is not rng and rng in x.src for x in picked.toposort): return None
+    at = index.cast(dtypes.index) - base
+    valid = (at < size) & (at >= 0)
+    return valid.where(picked.substitute({rng: at.maximum(0).minimum(size - 1)}), zero.const_like(0))
+
+def collapse_onehot_reduces(sink: UOp) -> UOp:
+    """Replace one-hot lookup reduces by a single read (``_collapse_onehot``)."""
+    return graph_rewrite(sink, PatternMatcher([(UPat(Ops.REDUCE, name="red"), _collapse_onehot)]))
+
 # ---------------------------------------------------------------- launch dimensions
 
 def launch_groups(ranges: list[UOp], max_dims: int = 3) -> list[list[UOp]]:
@@ -210,7 +241,7 @@ def _specials(groups: list[list[UOp]], prefix: str) -> tuple[dict[UOp, UOp], lis
     mapping: dict[UOp, UOp] = {}
     sizes: list = []
     for dim, group in enumerate(groups):
-        size = prod([r.src[0] if r.src[0].op is not Ops.CONST else r.src[0].arg for r in group])
+        size = prod([range_size(r) for r in group])
         special = UOp(Ops.SPECIAL, dtypes.index, (size if isinstance(size, UOp) else UOp.const(dtypes.index, size),), f"{prefix}{dim}")
         sizes.append(size if not isinstance(size, UOp) or size.op is not Ops.CONST else size.arg)
         stride = 1
@@ -226,7 +257,6 @@ def to_launch_dims(sink: UOp, max_dims: int = 3) -> tuple[UOp, list, list | None
     ``max_dims`` ranges fold into the outermost dim). Returns the new sink, the global size (in
     workgroups) and the local size, x, y, z order. A NOLOCALS kernel uses global thread indices
     ``idx`` and has no local size (None: the runtime picks one)."""
-    from fusegrad.codegen.opt import kernel_info, local_axes
     nolocals = kernel_info(sink).dont_use_locals
     globals_ = sorted([x for x in sink.toposort if x.op is Ops.RANGE and x.arg[1] is AxisType.GLOBAL], key=lambda r: r.arg[0])
     global_map, global_size = _specials(launch_groups(globals_, max_dims), "idx" if nolocals else "gidx")
@@ -319,6 +349,118 @@ def emulate_bfloat16(sink: UOp) -> UOp:
         (UPat(Ops.CAST, name="c", src=(UPat.var("x"),)), fix_cast),
         (UPat(Ops.BITCAST, name="b", src=(UPat.var("x"),)), fix_bitcast),
         (UPat(Ops.VECTORIZE, name="v"), fix_fragment),
+        (UPat(name="x"), fix_value),
+    ])
+    return graph_rewrite(sink, rules)
+
+# ---------------------------------------------------------------- fp8 emulation
+
+def _u32(value: int) -> UOp: return UOp.const(dtypes.uint32, value)
+
+def _float_to_fp8_bits(x: UOp, dtype: DType) -> UOp:
+    """The fp8 code (uint8) nearest to the float32 ``x``, in integer uops: dtype.py's ``float_to_fp8_bits``
+    (tinygrad's rounding: ties to even, finite values saturate to the largest finite code, inf is NaN where
+    the type has no infinity, fnuz has no -0)."""
+    from fusegrad.dtype import FP8_FORMATS
+    fmt = FP8_FORMATS[dtype]
+    bits = x.bitcast(dtypes.uint32)
+    sign, absolute = (bits >> 24) & 0x80, bits & 0x7FFFFFFF
+    rebias, drop = (127 - fmt.bias) << 23, 23 - fmt.mantissa
+    # normal fp8: drop the low mantissa bits with round-to-nearest-even (a carry moves into the exponent field)
+    t = absolute - rebias
+    normal = (t + ((1 << (drop - 1)) - 1) + ((t >> drop) & 1)) >> drop
+    # subnormal fp8: the 24-bit significand shifted right by 151 - bias - mantissa bits - the float32 exponent
+    # field, rounded to even. Clamping the field keeps the shift in [1, 25]: defined in C, 25 gives 0 for
+    # anything smaller, and normal numbers (which don't use this branch) can't make it negative.
+    significand = (absolute & 0x7FFFFF) | 0x800000
+    lowest, highest = 126 - fmt.bias - fmt.mantissa, 150 - fmt.bias - fmt.mantissa
+    exponent_field = (absolute >> 23).maximum(_u32(lowest))
+    exponent_field = (_u32(highest) < exponent_field).where(_u32(highest), exponent_field)
+    shift = _u32(151 - fmt.bias - fmt.mantissa) - exponent_field
+    subnormal = (significand + ((_u32(1) << (shift - 1)) - 1) + ((significand >> shift) & 1)) >> shift
+    code = (absolute < _u32((128 - fmt.bias) << 23)).where(subnormal, normal)
+    code = (_u32(fmt.max_code) < code).where(_u32(fmt.max_code), code)      # saturate
+    is_nan, is_inf = _u32(0x7F800000) < absolute, absolute.eq(_u32(0x7F800000))
+    if fmt.fnuz:
+        code = code.eq(_u32(0)).where(_u32(0), code | sign)
+        code = (is_nan | is_inf).where(_u32(0x80), code)
+    else:
+        code = code | sign
+        code = is_nan.where(_u32(0x7F), code)   # (NaN of either sign: the positive NaN code, as tinygrad writes it)
+        code = is_inf.where(sign | 0x7C if fmt.has_inf else _u32(0x7F), code)
+    return code.cast(dtypes.uint8)
+
+def _fp8_bits_to_float(code: UOp, dtype: DType) -> UOp:
+    """The float32 value of the fp8 ``code`` (a uint8), in integer uops: dtype.py's ``fp8_bits_to_float``."""
+    from fusegrad.dtype import FP8_FORMATS
+    fmt = FP8_FORMATS[dtype]
+    c = code.cast(dtypes.uint32)
+    sign, magnitude = (c & 0x80) << 24, c & 0x7F
+    exponent = magnitude >> fmt.mantissa
+    # normal: the exponent and mantissa fields line up with float32's after a shift, then rebias the exponent
+    normal = (magnitude << (23 - fmt.mantissa)) + ((127 - fmt.bias) << 23)
+    # subnormal: mantissa * 2**(1 - bias - mantissa bits), exact in float32
+    subnormal = ((magnitude.cast(dtypes.float32) * UOp.const(dtypes.float32, 2.0 ** (1 - fmt.bias - fmt.mantissa)))).bitcast(dtypes.uint32)
+    value = sign | exponent.eq(_u32(0)).where(subnormal, normal)
+    if fmt.fnuz: value = c.eq(_u32(0x80)).where(_u32(0x7FC00000), value)
+    elif fmt.has_inf:
+        top = exponent.eq(_u32((1 << fmt.exponent) - 1))
+        special = (magnitude & ((1 << fmt.mantissa) - 1)).eq(_u32(0)).where(_u32(0x7F800000), _u32(0x7FC00000))
+        value = top.where(sign | special, value)
+    else: value = magnitude.eq(_u32(0x7F)).where(_u32(0x7FC00000), value)
+    return value.bitcast(dtypes.float32)
+
+def _round_to_fp8(x: UOp, dtype: DType) -> UOp:
+    return _fp8_bits_to_float(_float_to_fp8_bits(x, dtype), dtype)
+
+def emulate_fp8(sink: UOp) -> UOp:
+    """Rewrite fp8 math into float32 math with explicit conversions, so every renderer runs fp8 (none has
+    native fp8 arithmetic here). Buffers and local memory hold the 8-bit codes (loads decode, stores encode);
+    accumulator registers and values are float32 holding fp8 values. Every ALU result of an fp8 dtype is
+    rounded to fp8 again, as tinygrad computes fp8 (one rounding per op, accumulator updates included), so
+    this runs after reduces become accumulators. MAX and WHERE of fp8 values need no rounding."""
+    from fusegrad.dtype import FP8_FORMATS
+    if not any(x.dtype.base.scalar() in FP8_FORMATS for x in sink.toposort): return sink
+    f32 = dtypes.float32
+    fp8_type: dict[UOp, DType] = {}   # a rewritten (float32) value -> the fp8 type it holds (for a BITCAST of it)
+    def is_fp8(dt: DType) -> bool: return dt.scalar() in FP8_FORMATS
+    def holding(value: UOp, dtype: DType) -> UOp:
+        fp8_type[value] = dtype
+        return value
+    def fix_pointer(p: UOp) -> UOp | None:
+        # buffers and local memory hold codes, registers float32 values
+        if not is_fp8(p.dtype.base): return None
+        return p.replace(dtype=(f32 if p.op is Ops.DEFINE_REG else dtypes.uint8).ptr(p.dtype.size, local=p.dtype.local))
+    def retyped_index(idx: UOp) -> UOp:
+        # (INDEX keeps its fp8 pointer type until its load or store is rewritten: that says which fp8 type it is)
+        return idx.replace(dtype=idx.src[0].dtype.base.ptr(idx.dtype.size, local=idx.dtype.local))
+    def fix_load(ld: UOp, idx: UOp) -> UOp | None:
+        if idx.op is not Ops.INDEX or not is_fp8(idx.dtype.base) or ld.dtype.count != 1: return None
+        if idx.src[0].op is Ops.DEFINE_REG: return holding(ld.replace(dtype=f32, src=(retyped_index(idx),) + ld.src[1:]), ld.dtype)
+        code = ld.replace(dtype=dtypes.uint8, src=(retyped_index(idx),) + ld.src[1:])
+        return holding(_fp8_bits_to_float(code, ld.dtype), ld.dtype)
+    def fix_store(st: UOp, idx: UOp, val: UOp) -> UOp | None:
+        if idx.op is not Ops.INDEX or not is_fp8(idx.dtype.base) or val.dtype != f32: return None
+        stored = val if idx.src[0].op is Ops.DEFINE_REG else _float_to_fp8_bits(val, idx.dtype.base)
+        return st.replace(src=(retyped_index(idx), stored) + st.src[2:])
+    def fix_cast(c: UOp, x: UOp) -> UOp | None:
+        return holding(_round_to_fp8(x.cast(f32), c.dtype), c.dtype) if is_fp8(c.dtype) else None
+    def fix_bitcast(b: UOp, x: UOp) -> UOp | None:
+        if is_fp8(b.dtype): return holding(_fp8_bits_to_float(x.bitcast(dtypes.uint8), b.dtype), b.dtype)
+        if x in fp8_type and b.dtype.itemsize == 1: return _float_to_fp8_bits(x, fp8_type[x]).bitcast(b.dtype)   # (fp8 to int8/uint8)
+        return None
+    def fix_value(x: UOp) -> UOp | None:
+        if not is_fp8(x.dtype) or x.dtype.count != 1 or x.op in (Ops.LOAD, Ops.CAST, Ops.BITCAST): return None
+        if x.op is Ops.CONST: return holding(UOp.const(f32, x.arg), x.dtype)
+        widened = x.replace(dtype=f32)
+        if x.op in GroupOp.ALU and x.op not in (Ops.MAX, Ops.WHERE): widened = _round_to_fp8(widened, x.dtype)
+        return holding(widened, x.dtype)
+    rules = PatternMatcher([
+        (UPat((Ops.PARAM, Ops.DEFINE_LOCAL, Ops.DEFINE_REG), name="p"), fix_pointer),
+        (UPat(Ops.LOAD, name="ld", src=(UPat.var("idx"),), allow_any_len=True), fix_load),
+        (UPat(Ops.STORE, name="st", src=(UPat.var("idx"), UPat.var("val")), allow_any_len=True), fix_store),
+        (UPat(Ops.CAST, name="c", src=(UPat.var("x"),)), fix_cast),
+        (UPat(Ops.BITCAST, name="b", src=(UPat.var("x"),)), fix_bitcast),
         (UPat(name="x"), fix_value),
     ])
     return graph_rewrite(sink, rules)

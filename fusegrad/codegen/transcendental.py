@@ -9,7 +9,7 @@ BITCAST and integer ADD/AND/OR/XOR/SHL/SHR, which every renderer already knows a
     xexp(x)   e**x   for the pattern EXP2(x * log2 e) (Tensor.exp): x = n*ln2 + r by Cody-Waite, e**r by a
                      polynomial, 2**n as in xexp2; on every renderer, native transcendentals or not
     xlog2(x)  log2 x exponent and mantissa from the bits; ln of the mantissa by an atanh series, * 1/ln 2
-    xsin(x)   sin x  reduction by pi/2 (Cody-Waite; float32 from 2**16 on Payne-Hanek in uint32 lanes),
+    xsin(x)   sin x  reduction by pi/2 (float64: Cody-Waite; float32: none up to pi/4, then Payne-Hanek in uint32 lanes),
                      sin/cos polynomials on [-pi/4, pi/4], quadrant select; xsin(x, 1) is cos x
 
 float32 and float64 are computed natively; float16 (and bfloat16) are widened to float32, computed
@@ -28,10 +28,11 @@ Special values follow C99 Annex F: exp2(+inf) = +inf, exp2(-inf) = 0, exp2 overf
 underflows through the subnormals to 0; log2(+-0) = -inf, log2(x<0) = NaN, log2(+inf) = +inf;
 sin(+-inf) = NaN, sin(-0.0) = -0.0; NaN gives NaN everywhere.
 
-float32 sin for |x| >= 2**16 uses Payne-Hanek (_payne_hanek_f32) in 32-bit integer lanes, computed
-on every lane and picked per lane (a branch would stop vectorization). Why integers and not float64:
-fusegrad's vectorizer and gcc's (with -fno-tree-loop-if-convert) vectorize only 32-bit lanes well; a
-float64 Payne-Hanek was 18x slower. Why not float Dekker products: the bits of 2/pi needed depend on
+float32 sin for |x| > pi/4 uses Payne-Hanek (_payne_hanek_f32) in 32-bit integer lanes, computed
+on every lane, and x itself where |x| <= pi/4 (a branch would stop vectorization). One reduction, not
+Cody-Waite for the common range plus Payne-Hanek for huge x: both would run on every lane.
+Why integers and not float64: fusegrad's vectorizer and gcc's (with -fno-tree-loop-if-convert)
+vectorize only 32-bit lanes well; a float64 Payne-Hanek was 18x slower. Why not float Dekker products: the bits of 2/pi needed depend on
 the exponent, which integer shifts select directly. Measured cost: see docs/decisions.md.
 
 float64 sin has Cody-Waite only: it multiplies the quadrant number q = round(x*2/pi) by pieces of
@@ -55,9 +56,10 @@ dtypes are rewritten (a vector dtype, ``dtype.count > 1``, keeps its EXP2/LOG2/S
 
 What the graphs contain: constants of the float dtype and of the same-width int (int32 / int64);
 float ADD, NEG, MUL, FDIV (log2 only), CMPLT, CMPNE, CMPEQ, WHERE; bool AND/OR; BITCAST float <->
-same-width int; int ADD, NEG, AND, OR, XOR, SHL, SHR; CAST only float16/bfloat16 <-> float32 (no
-float <-> int conversion at all). Every shift sees a non-negative value and no int op overflows, so
-nothing relies on undefined or implementation-defined C behavior, and nothing depends on whether
+same-width int; int ADD, MUL, NEG, AND, OR, XOR, SHL, SHR; CAST only float16/bfloat16 <-> float32 (no
+float <-> int conversion at all). Every shift sees a non-negative value and an amount below the
+width, no signed int op overflows (uint32 ops in Payne-Hanek wrap, as C defines), so nothing relies
+on undefined or implementation-defined C behavior, and nothing depends on whether
 ``a*b+c`` is fused (gcc's -ffp-contract=fast): every product that matters is exact.
 
 Written for gcc's vectorizer (-O2/-O3 without -ffast-math): under the default -ftrapping-math gcc
@@ -310,11 +312,17 @@ def _two_sum(a: UOp, b: UOp) -> tuple[UOp, UOp]:
     bb = s - a
     return s, (a - (s - bb)) + (b - bb)
 
-# Payne-Hanek for float32 |x| >= 2**16, in 32-bit integer lanes (no float64, no 64-bit product).
-# 2/pi as a bit string, 8 zero bits first, then the bits of weight 2**-1, 2**-2, ... (216 of them),
-# in 32-bit words, most significant first: bit j of the string has weight 2**-(j-8).
-_TWO_OVER_PI_WORDS = (0x517cc1, 0xb727220a, 0x94fe13ab, 0xe8fa9a6e, 0xe06db14a, 0xcc9e21c8, 0x20ff28b1)
-_PH_MIN_EXPONENT = 143        # biased exponent of 2**16: Payne-Hanek lanes have |x| >= 2**16
+def _fast_two_sum(a: UOp, b: UOp) -> tuple[UOp, UOp]:
+    """(a+b rounded, its rounding error) exactly when a is 0 or |a| >= |b| (Dekker's Fast2Sum)."""
+    s = a + b
+    return s, b - (s - a)
+
+# Payne-Hanek for float32 |x| >= 2**-16 (used from pi/4 on), in 32-bit integer lanes (no float64, no
+# 64-bit product). 2/pi as a bit string, 40 zero bits first, then the bits of weight 2**-1, 2**-2, ...
+# (216 of them), in 32-bit words, most significant first: bit j of the string has weight 2**-(j-40).
+_TWO_OVER_PI_WORDS = (0, 0x517cc1, 0xb727220a, 0x94fe13ab, 0xe8fa9a6e, 0xe06db14a, 0xcc9e21c8, 0x20ff28b1)
+_PH_MIN_EXPONENT = 111        # biased exponent of 2**-16: Payne-Hanek lanes have |x| >= 2**-16
+_PIO4_F32_BITS = 0x3F490FDB   # pi/4 rounded to float32: below it a lane needs no reduction at all
 # pi/2 rounded to float32 = hi + lo with hi of 12 significant bits (so a 12-bit times hi is exact),
 # and the rounding error of that float32, pi/2 - (hi + lo)
 _PIO2_F32_HI, _PIO2_F32_LO, _PIO2_F32_RES = 1.5703125, 0.0004838705062866211, -4.3711390001862426e-08
@@ -327,38 +335,40 @@ def _small_uint_to_float(v: UOp) -> UOp:
 
 def _window_of_two_over_pi(exponent: UOp) -> tuple[UOp, UOp, UOp]:
     """Bits j0 .. j0+95 of _TWO_OVER_PI_WORDS as three uint32 words (most significant first), for
-    j0 = exponent - 143 in [0, 111]. The words come from a select between constants (j0 // 32 is
-    0..3) and a funnel shift by j0 % 32 (the shift right is split in two so no shift is by 32)."""
+    j0 = exponent - 111 in [0, 143]. The words come from a select between constants (j0 // 32 is
+    0..4) and a funnel shift by j0 % 32 (the shift right is split in two so no shift is by 32)."""
     j0 = exponent - _u32(_PH_MIN_EXPONENT)
     word, shift = j0 >> _u32(5), j0 & _u32(31)
     def table(t: int) -> UOp:   # _TWO_OVER_PI_WORDS[word + t]
-        acc = _u32(_TWO_OVER_PI_WORDS[t + 3])
-        for k in (2, 1, 0): acc = _where(word.eq(_u32(k)), _TWO_OVER_PI_WORDS[t + k], acc)
+        acc = _u32(_TWO_OVER_PI_WORDS[t + 4])
+        for k in (3, 2, 1, 0): acc = _where(word.eq(_u32(k)), _TWO_OVER_PI_WORDS[t + k], acc)
         return acc
     g = [table(t) for t in range(4)]
     return tuple((g[t] << shift) | ((g[t + 1] >> _u32(1)) >> (_u32(31) - shift)) for t in range(3))
 
 def _payne_hanek_f32(magnitude_bits: UOp) -> tuple[UOp, UOp, UOp]:
     """(quadrant as uint32 0..3, r_hi, r_lo) with |x| = quadrant*pi/2 + r_hi + r_lo (mod 2*pi),
-    |r_hi| <= pi/4, for |x| >= 2**16 given as its float32 bits (smaller |x| give defined garbage).
+    |r_hi| <= pi/4, for |x| >= 2**-16 given as its float32 bits (smaller |x| give defined garbage).
 
     |x| = m * 2**(e-150) with the 24-bit integer mantissa m. Bit i of 2/pi (weight 2**-i) adds
     m * 2**(e-150-i) to |x|*2/pi: a multiple of 4 for i <= e-152, so only bits from i0 = e-151 on
     matter mod 4. With W the 96 bits i0 .. i0+95 of 2/pi as an integer, |x|*2/pi = m*W*2**-94
     (mod 4) up to the bits after the window (< m*2**-94 < 2**-70). P = m*W mod 2**96 is computed
-    exactly in 16-bit columns: m = mh*2**12 + ml, W's 16-bit digits d, every partial product is
-    < 2**28. P's top two bits after adding a half (rounding to the nearest quadrant) are the
+    exactly: its low 64 bits in 16-bit columns (m = mh*2**12 + ml, W's 16-bit digits d, every partial
+    product < 2**28), its top 32 bits as the low word of m * (W's top word) plus the carry from below
+    (uint32 arithmetic wraps mod 2**32, which is all that is needed there). P's top two bits after adding a half (rounding to the nearest quadrant) are the
     quadrant; the rest is the signed fraction v in [-1/2, 1/2) of a quarter turn, summed into a
     float32 pair from exact 16-bit pieces with TwoSum, then r = v*pi/2 with Dekker's product (the
     halves come from masking bits, not from a Veltkamp split, so FMA contraction changes nothing).
     A float32 comes no closer than ~2**-30 (relative) to a multiple of pi/2, so the ~2**-70
     absolute error of v leaves r accurate to far below an ulp."""
     u32, f32 = dtypes.uint32, dtypes.float32
+    # (below 2**-16 the window index wraps around: any word, any shift in 0..31, a defined garbage
+    # result that the caller doesn't use)
     exponent = magnitude_bits >> _u32(23)
-    exponent = _where(exponent < _u32(_PH_MIN_EXPONENT), _PH_MIN_EXPONENT, exponent)
     mantissa = (magnitude_bits & _u32(0x7FFFFF)) | _u32(0x800000)
     w0, w1, w2 = _window_of_two_over_pi(exponent)
-    digits = [w2 & _u32(0xFFFF), w2 >> _u32(16), w1 & _u32(0xFFFF), w1 >> _u32(16), w0 & _u32(0xFFFF), w0 >> _u32(16)]
+    digits = [w2 & _u32(0xFFFF), w2 >> _u32(16), w1 & _u32(0xFFFF), w1 >> _u32(16)]
     m_hi, m_lo = mantissa >> _u32(12), mantissa & _u32(0xFFF)
     high = [m_hi * d for d in digits]          # each weighs 2**(16j + 12): 4 bits in column j, the rest in j+1
     p, carry = [], _u32(0)
@@ -367,13 +377,19 @@ def _payne_hanek_f32(magnitude_bits: UOp) -> tuple[UOp, UOp, UOp]:
         if j: column = column + (high[j - 1] >> _u32(4))
         p.append(column & _u32(0xFFFF))
         carry = column >> _u32(16)
+    top32 = mantissa * w0 + carry + (high[3] >> _u32(4))   # bits 64..95 of P (mod 2**32)
+    p.extend([top32 & _u32(0xFFFF), top32 >> _u32(16)])
     top = (p[5] + _u32(0x2000)) & _u32(0xFFFF)           # + half a quadrant (2**93 of P)
     quadrant = top >> _u32(14)
-    # v = (top % 2**14 - 2**13) * 2**-14 + p4 * 2**-30 + p3 * 2**-46 + p2 * 2**-62 (p1, p0: < 2**-78)
-    t1 = (_small_uint_to_float(top & _u32(0x3FFF)) - _c(f32, 8192.0)) * _c(f32, 2.0 ** -14)
-    s1, e1 = _two_sum(t1, _small_uint_to_float(p[4]) * _c(f32, 2.0 ** -30))
-    v_hi, e2 = _two_sum(s1, _small_uint_to_float(p[3]) * _c(f32, 2.0 ** -46))
-    v_lo = e1 + e2 + _small_uint_to_float(p[2]) * _c(f32, 2.0 ** -62)
+    # v = (top % 2**14 - 2**13) * 2**-14 + p4 * 2**-30 + p3 * 2**-46 + p2 * 2**-62 (p1, p0: < 2**-78),
+    # regrouped into 23-bit integers a (top's 14 bits, p4's high 9), b (p4's low 7, p3) and p2, each
+    # exact as a float32; a nonzero part outweighs every later one, so Fast2Sum (3 ops) is exact
+    a = ((top & _u32(0x3FFF)) << _u32(9)) | (p[4] >> _u32(7))
+    b = ((p[4] & _u32(127)) << _u32(16)) | p[3]
+    coarse = ((a | _u32(0x4B000000)).bitcast(f32) - _c(f32, 12582912.0)) * _c(f32, 2.0 ** -23)   # (a - 2**22) * 2**-23
+    s1, e1 = _fast_two_sum(coarse, _small_uint_to_float(b) * _c(f32, 2.0 ** -46))
+    v_hi, e2 = _fast_two_sum(s1, _small_uint_to_float(p[2]) * _c(f32, 2.0 ** -62))
+    v_lo = e1 + e2
     r_hi = v_hi * _c(f32, _PIO2_F32_HI + _PIO2_F32_LO)
     a1 = (v_hi.bitcast(u32) & _u32(0xFFFFF000)).bitcast(f32)     # v_hi's top 12 significant bits
     a2 = v_hi - a1
@@ -411,22 +427,16 @@ def _reduce_cody_waite(xs: UOp) -> tuple[UOp, UOp, UOp]:
         else: r_lo = r_lo - q * _c(dt, c)
     return quadrant, r, r_lo
 
-def _reduce_f32(xs: UOp) -> tuple[UOp, UOp, UOp]:
-    """(quadrant, r, r_lo) for every finite float32: Cody-Waite below 2**16, Payne-Hanek from there.
-    Both run on every lane (a branch would stop vectorization) and the result is picked per lane."""
-    q_cw, r_cw, r_lo_cw = _reduce_cody_waite(xs)
-    bits = xs.bitcast(dtypes.uint32)
-    magnitude_bits = bits & _u32(0x7FFFFFFF)
+def _reduce_f32(magnitude: UOp) -> tuple[UOp, UOp, UOp]:
+    """(quadrant, r, r_lo) for every finite float32 ``magnitude`` >= 0 (xsin passes |x| and applies the
+    sign at the end): none up to pi/4 (r = the magnitude), Payne-Hanek from there. Payne-Hanek runs on
+    every lane (a branch would stop vectorization), so there is no Cody-Waite for the middle range as
+    well: two reductions per lane cost a fifth more than this one."""
+    magnitude_bits = magnitude.bitcast(dtypes.uint32)
     q_ph, r_ph, r_lo_ph = _payne_hanek_f32(magnitude_bits)
-    # sin(-x) = -sin(x): a negative x's reduction is the negated reduction of |x|
-    negative = _u32(0) < (bits >> _u32(31))
-    flip = _where(negative, -1, 0, dtypes.int32)
-    q_ph = ((q_ph.bitcast(dtypes.int32) ^ flip) - flip) & _c(dtypes.int32, 3)
-    sign = _where(negative, -(2 ** 31), 0, dtypes.int32)
-    r_ph = (r_ph.bitcast(dtypes.int32) ^ sign).bitcast(dtypes.float32)
-    r_lo_ph = (r_lo_ph.bitcast(dtypes.int32) ^ sign).bitcast(dtypes.float32)
-    big = _u32((_PH_MIN_EXPONENT << 23) - 1) < magnitude_bits
-    return _where(big, q_ph, q_cw), _blend(big, r_ph, r_cw), _blend(big, r_lo_ph, r_lo_cw)
+    small = magnitude_bits < _u32(_PIO4_F32_BITS + 1)      # |x| <= pi/4: quadrant 0, r = |x| exactly
+    keep = _where(small, 0, -1, dtypes.int32)
+    return q_ph.bitcast(dtypes.int32) & keep, _blend(small, magnitude, r_ph), (r_lo_ph.bitcast(dtypes.int32) & keep).bitcast(dtypes.float32)
 
 def xsin(x: UOp, quarter_turns: int = 0) -> UOp:
     """sin(x + quarter_turns*pi/2) for a float32 or float64 UOp: sin(x), and cos(x) with
@@ -444,15 +454,19 @@ def xsin(x: UOp, quarter_turns: int = 0) -> UOp:
     sc, cc, rmax = (_SIN_F32, _COS_F32, 0.9) if f32 else (_SIN_F64, _COS_F64, 0.8)
     bad = _isnan(x) | x.eq(_c(dt, math.inf)) | x.eq(_c(dt, -math.inf))
     xs = _where(bad, 0.0, x)
-    quadrant, r, r_lo = _reduce_f32(xs) if f32 else _reduce_cody_waite(xs)
+    sign_bit = -(2 ** (idt.itemsize * 8 - 1))
+    # float32 reduces |x|: sin(x + k*pi/2) is odd in x for even k and even for odd k (cos)
+    quadrant, r, r_lo = _reduce_f32((xs.bitcast(idt) & _c(idt, ~sign_bit)).bitcast(dt)) if f32 else _reduce_cody_waite(xs)
     if quarter_turns: quadrant = quadrant + _c(idt, quarter_turns)
     # In range |r| <= rmax and |r_lo| is a few ulp of r (+ q*last piece, tiny). Only float64 |x| far
-    # outside the exact range (where r is inaccurate anyway) breaks that: clamp both to keep sin in [-1, 1].
-    lo_max = 2.0 ** -20 if f32 else 2.0 ** -49
-    r = _where(r < _c(dt, -rmax), -rmax, r)
-    r = _where(_c(dt, rmax) < r, rmax, r)
-    r_lo = _where(r_lo < _c(dt, -lo_max), -lo_max, r_lo)
-    r_lo = _where(_c(dt, lo_max) < r_lo, lo_max, r_lo)
+    # outside the exact range (where r is inaccurate anyway) breaks that: clamp both to keep sin in
+    # [-1, 1]. float32's reduction is exact everywhere (|r| <= pi/4), so it skips the 8 ops.
+    if not f32:
+        lo_max = 2.0 ** -49
+        r = _where(r < _c(dt, -rmax), -rmax, r)
+        r = _where(_c(dt, rmax) < r, rmax, r)
+        r_lo = _where(r_lo < _c(dt, -lo_max), -lo_max, r_lo)
+        r_lo = _where(_c(dt, lo_max) < r_lo, lo_max, r_lo)
     s = r * r
     # cos: 1 - s/2 is summed with its rounding error recovered ((1 - v) - hs is exact for s/2 <= 1/2)
     hs = _c(dt, 0.5) * s
@@ -462,10 +476,11 @@ def xsin(x: UOp, quarter_turns: int = 0) -> UOp:
     # pick cos or sin, flip the sign, give +-0 the sign of x: on the bits, so that no select has a
     # computed float in an arm (see the module docstring)
     sin_b, cos_b = sin_r.bitcast(idt), cos_r.bitcast(idt)
-    sign_bit, zero = -(2 ** (idt.itemsize * 8 - 1)), x.eq(_c(dt, 0.0))
     bits = sin_b ^ ((sin_b ^ cos_b) & _where((quadrant & _c(idt, 1)).ne(_c(idt, 0)), -1, 0, idt))
     bits = bits ^ _where((quadrant & _c(idt, 2)).ne(_c(idt, 0)), sign_bit, 0, idt)
-    if quarter_turns == 0:
+    if f32 and quarter_turns % 2 == 0: bits = bits ^ (x.bitcast(idt) & _c(idt, sign_bit))   # (and sin(-0) = -0)
+    elif quarter_turns == 0:
+        zero = x.eq(_c(dt, 0.0))
         bits = (bits & _where(zero, ~sign_bit, -1, idt)) | (x.bitcast(idt) & _where(zero, sign_bit, 0, idt))
     return bits.bitcast(dt) * _where(bad, math.nan, 1.0, dt)
 

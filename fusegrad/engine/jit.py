@@ -37,13 +37,14 @@ Rules (tinygrad 0.14's, plus guard rails where replaying would silently compute 
   binaries and the captured buffers' contents, so another process can replay it.
 """
 from __future__ import annotations
-import functools, warnings
+import functools, warnings, weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, TypeVar
 from fusegrad.device import Buffer, Device
-from fusegrad.helpers import DEBUG, JIT, GlobalCounters
+from fusegrad.buffers import BUFFERS, buffer_of, new_buffer_uop
+from fusegrad.helpers import DEBUG, JIT, PROFILE, GlobalCounters
 from fusegrad.uop.ops import UOp, Ops, GroupOp
-from fusegrad.engine.realize import ExecItem, BufferCopy, capturing, CompiledRunner
+from fusegrad.engine.realize import ExecItem, BufferCopy, capturing, CompiledRunner, _update_stats
 
 ReturnType = TypeVar("ReturnType")
 
@@ -204,7 +205,6 @@ def _view_of(u: UOp) -> tuple | None:
 
 def _buffers_of(t: Any) -> list[Buffer]:
     """The buffer behind an input tensor (one per shard for a multi-device tensor)."""
-    from fusegrad.schedule import buffer_of
     return [buffer_of(s.base) for s in (t.uop.src if t.uop.op is Ops.MULTI else (t.uop,))]
 
 def _realized_buffers(t: Any) -> list[Buffer] | None:
@@ -218,7 +218,6 @@ def _realized_buffers(t: Any) -> list[Buffer] | None:
 
 def _allocated_buffer(u: UOp) -> Buffer | None:
     if u.op is not Ops.BUFFER: return None
-    from fusegrad.schedule import BUFFERS
     return buf if (buf := BUFFERS.get(u)) is not None and buf.is_allocated() else None
 
 def _written_positions(item: ExecItem) -> list[int]:
@@ -237,7 +236,6 @@ def _private_copy(buf: Buffer) -> Buffer:
 def _tensor_over(buf: Buffer, like: Any) -> Any:
     """A Tensor over ``buf`` seen through the same view as ``like`` sees its own buffer."""
     from fusegrad.tensor import Tensor
-    from fusegrad.schedule import BUFFERS, new_buffer_uop
     uop = new_buffer_uop(buf.device, buf.size, buf.dtype)
     BUFFERS[uop] = buf
     return Tensor(like.uop.substitute({like.uop.base: uop}))
@@ -318,6 +316,26 @@ class CapturedJit:
     graph: Any = None
     written_storage: set[int] = field(default_factory=set)   # ids of the base buffers the replay writes (inputs aside)
     outputs_have_inputs: bool = False
+    _replay_totals: tuple[int, int, int] | None = field(default=None, repr=False)   # (kernels, ops, bytes) of one replay
+    _last_inputs: list | None = field(default=None, repr=False)   # per input: (weakref to the UOp last checked, its bound values)
+
+    def check_inputs(self, inputs: list[tuple[str, Any]]) -> list[dict[UOp, int]]:
+        """Raise JitError unless every input matches its captured signature; returns each input's bound
+        Variable values. Both depend only on the input's UOp (interned), so an input that comes back with
+        the UOp it had on the last call (the usual case: the same tensor, or a new realized buffer
+        seen through the same view) is neither checked nor walked again."""
+        if self._last_inputs is None or len(self._last_inputs) != len(inputs): self._last_inputs = [None] * len(inputs)
+        bound: list[dict[UOp, int]] = []
+        for index, ((name, value), (expected_name, expected)) in enumerate(zip(inputs, self.signatures)):
+            if name != expected_name: raise JitError(f"args mismatch in JIT: input {name} is where the capture had {expected_name}")
+            uop = value if isinstance(value, UOp) else value.uop
+            if (last := self._last_inputs[index]) is not None and last[0]() is uop:
+                bound.append(last[1])
+                continue
+            if (got := _signature(value)) != expected: raise JitError(_describe(name, got, expected))
+            bound.append(_bound_values(value))
+            self._last_inputs[index] = (weakref.ref(uop), bound[-1])   # weak: it must not keep the input's buffer alive
+        return bound
 
     def replay(self, buffers: list[Buffer | None], var_vals: dict[UOp, int]) -> list[Buffer | None]:
         """Run the kernels with ``buffers`` as the inputs; returns the buffers that served as inputs."""
@@ -326,12 +344,32 @@ class CapturedJit:
         buffers = [_private_copy(b) if b is not None and id(b.base) in self.written_storage else b for b in buffers]
         for input_index, positions in self.input_slots.items():
             for item_index, buf_index in positions: self.jit_cache[item_index].bufs[buf_index] = buffers[input_index]
-        if self.graph is not None:
+        # PROFILE on: a device graph that can't time its kernels (no ``profiles_kernels``) replays kernel by kernel
+        if self.graph is not None and (not PROFILE.value or getattr(self.graph, "profiles_kernels", False)):
             self.graph.replay(buffers, var_vals)
             GlobalCounters.kernel_count += len(self.jit_cache)
-        else:
+        elif DEBUG.value >= 2 or PROFILE.value:   # a line / a trace event per kernel
             for item in self.jit_cache: item.run(var_vals)
+        else:
+            # kernel by kernel (JIT=2); the counters are added up once per call, not per kernel
+            for item in self.jit_cache: item.run(var_vals, do_update_stats=False)
+            self._count_replay(var_vals)
         return buffers
+
+    def _count_replay(self, var_vals: dict[UOp, int]) -> None:
+        """Add a replay's kernels, ops and bytes to GlobalCounters, as running each ExecItem with its stats would."""
+        if var_vals or any(item.var_vals for item in self.jit_cache):   # symbolic estimates: worked out per call
+            for item in self.jit_cache: _update_stats(item.prg, {**item.var_vals, **var_vals}, None, len(item.bufs))
+            return
+        if self._replay_totals is None:
+            kernels = sum(isinstance(item.prg, CompiledRunner) for item in self.jit_cache)
+            ops = sum(int(e) for item in self.jit_cache if isinstance(e := item.prg.op_estimate, int))
+            mem = sum(int(e) for item in self.jit_cache if isinstance(e := item.prg.mem_estimate, int))
+            self._replay_totals = (kernels, ops, mem)
+        kernels, ops, mem = self._replay_totals
+        GlobalCounters.kernel_count += kernels
+        GlobalCounters.global_ops += ops
+        GlobalCounters.global_mem += mem
 
     # pickling: kernels go as their programs (CompiledRunner pickles its source and binary), buffers
     # as their contents, each shared buffer once; the device graph is rebuilt on load
@@ -367,7 +405,6 @@ class CapturedJit:
 
     def __setstate__(self, state: dict) -> None:
         from fusegrad.tensor import Tensor
-        from fusegrad.schedule import BUFFERS, new_buffer_uop
         buffers: list[Buffer] = []
         for entry in state["table"]:
             if entry[0] == "view": buffers.append(Buffer(buffers[entry[1]].device, entry[2], entry[3], base=buffers[entry[1]], offset=entry[4]))
@@ -507,10 +544,7 @@ class TinyJit(Generic[ReturnType]):
         assert captured is not None
         if len(inputs) != len(captured.signatures):
             raise JitError(f"args mismatch in JIT: expected {len(captured.signatures)} tensor/variable inputs, got {len(inputs)}")
-        for (name, value), (expected_name, expected) in zip(inputs, captured.signatures):
-            got = _signature(value)
-            if name != expected_name: raise JitError(f"args mismatch in JIT: input {name} is where the capture had {expected_name}")
-            if got != expected: raise JitError(_describe(name, got, expected))
+        bound = captured.check_inputs(inputs)
         if len(constants) != len(captured.constants) or any(n1 != n2 for (n1, _), (n2, _) in zip(constants, captured.constants)):
             raise JitError("args mismatch in JIT: the structure of the non-Tensor arguments (lists, tuples, dict keys) "
                            "changed since the capture")
@@ -524,7 +558,7 @@ class TinyJit(Generic[ReturnType]):
             first_buffer.append(len(buffers))
             if bufs is None: buffers.append(None)
             else: buffers.extend(bufs)
-        var_vals = {var: val for _, value in inputs for var, val in _bound_values(value).items()}
+        var_vals = {var: val for values in bound for var, val in values.items()} if any(bound) else {}
         used = captured.replay(buffers, var_vals)
         if var_vals: _rebind_outputs(captured.outputs, var_vals)
         if not captured.outputs_have_inputs: return captured.outputs

@@ -12,6 +12,7 @@ from fusegrad.helpers import DEBUG, PROFILE, VIZ, GlobalCounters, colored, ansil
 from fusegrad.viz import profile
 from fusegrad.uop.ops import UOp, Ops, sym_infer
 from fusegrad.renderer import ProgramSpec
+from fusegrad import codegen   # (called as codegen.get_program: tests substitute it there)
 
 class Runner:
     """Something that runs on a device with buffers: a compiled kernel or a copy."""
@@ -28,9 +29,17 @@ class CompiledRunner(Runner):
         if DEBUG >= 4: print(p.src)
         self.lib = precompiled if precompiled is not None else _timed_compile(device.compiler, p.name, p.src)
         self._prg = device.runtime(p.name, self.lib)
+        # a kernel without variables has fixed launch sizes: worked out once, not on every launch (eager
+        # dispatch and JIT=2 replay go through here once per kernel)
+        self._fixed_dims = None
+        if not p.vars:
+            global_size, local_size = p.launch_dims({})
+            self._fixed_dims = (tuple(global_size), tuple(local_size) if local_size is not None else None)
         super().__init__(colored(p.name, "cyan" if p.name.startswith("r") else "blue"), p.device, p.op_estimate, p.mem_estimate)
     def __reduce__(self): return self.__class__, (self.p, self.lib)
     def __call__(self, bufs: list[Buffer], var_vals: dict[UOp, int], wait: bool = False) -> float | None:
+        if (dims := self._fixed_dims) is not None:
+            return self._prg(*[b._buf for b in bufs], global_size=dims[0], local_size=dims[1], vals=(), wait=wait)
         values_by_name = {v.expr: val for v, val in var_vals.items()}
         missing = [v.arg[0] for v in self.p.vars if v.arg[0] not in values_by_name]
         if missing: raise RuntimeError(f"kernel {self.p.name} needs values for variables {missing}")
@@ -58,7 +67,6 @@ method_cache: dict[tuple[str, UOp, Any], CompiledRunner] = {}
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
     """The compiled kernel for ``ast`` on ``device`` (compiled once per process, and the binary
     once per machine through the disk cache)."""
-    from fusegrad.codegen import get_program
     key = _cache_key(device, ast)
     if (runner := method_cache.get(key)) is not None: return runner
     # instances of one device ("CPU:1", "CPU:2", the shards of a multi-device tensor) share the
@@ -67,13 +75,13 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     if (shared := method_cache.get(shared_key)) is not None:
         runner = CompiledRunner(dataclasses.replace(shared.p, device=device), precompiled=shared.lib)
     else:
-        runner = method_cache[shared_key] = CompiledRunner(dataclasses.replace(get_program(ast, Device[device].renderer), device=device))
+        runner = method_cache[shared_key] = CompiledRunner(dataclasses.replace(codegen.get_program(ast, Device[device].renderer), device=device))
     method_cache[key] = runner
     return runner
 
 def _cache_key(device: str, ast: UOp) -> tuple:
-    from fusegrad.codegen import codegen_settings
-    return (device, ast, codegen_settings())
+    # the renderer's options hold its target, limits and the codegen flags' current values
+    return (device, ast, Device[device].renderer.options)
 
 def _device_base(device: str) -> str:
     """The device without its instance number: ``"CPU:2"`` -> ``"CPU"`` (``"CPU:LLVM"`` is a different renderer and stays)."""
@@ -87,12 +95,14 @@ class ExecItem:
     bufs: list[Buffer]
     var_vals: dict[UOp, int] = field(default_factory=dict)
     def run(self, var_vals: dict[UOp, int] | None = None, wait: bool = False, do_update_stats: bool = True) -> float | None:
-        merged = {**self.var_vals, **(var_vals or {})}
-        for b in self.bufs: b.ensure_allocated()
-        timed = wait or DEBUG >= 2 or bool(PROFILE)
-        start = profile.now() if PROFILE else 0.0
+        merged = ({**self.var_vals, **var_vals} if self.var_vals else var_vals) if var_vals else self.var_vals
+        for b in self.bufs:
+            if not hasattr(b, "_buf"): b.allocate()   # (Buffer.ensure_allocated, without two calls per buffer)
+        profiling = PROFILE.value   # (flags read once: each ContextVar comparison is a Python call)
+        timed = wait or profiling or DEBUG.value >= 2
+        start = profile.now() if profiling else 0.0
         elapsed = self.prg(self.bufs, merged, wait=timed)
-        if PROFILE:
+        if profiling:
             kind = "kernel" if isinstance(self.prg, CompiledRunner) else "copy"
             profile.record(ansistrip(self.prg.display_name).strip(), kind, start, elapsed if elapsed is not None else profile.now() - start,
                            track=self.prg.device, buffers=len(self.bufs))
@@ -105,9 +115,10 @@ def _update_stats(prg: Runner, var_vals: dict[UOp, int], elapsed: float | None, 
     GlobalCounters.kernel_count += 1 if isinstance(prg, CompiledRunner) else 0
     GlobalCounters.global_ops += int(ops) if isinstance(ops, int) else 0
     GlobalCounters.global_mem += int(mem) if isinstance(mem, int) else 0
-    if elapsed is not None: GlobalCounters.time_sum_s += elapsed
-    if DEBUG >= 2 and elapsed is not None: kernel_times[ansistrip(prg.display_name).strip()].append(elapsed)
-    if DEBUG >= 2 and elapsed is not None:
+    if elapsed is None: return
+    GlobalCounters.time_sum_s += elapsed
+    if DEBUG.value >= 2: kernel_times[ansistrip(prg.display_name).strip()].append(elapsed)
+    if DEBUG.value >= 2:
         name = prg.display_name + " " * max(0, 38 - ansilen(prg.display_name))
         rate = f"({ops/elapsed*1e-9:8.2f} GFLOPS {mem/elapsed*1e-9:7.2f} GB/s)" if elapsed > 0 and isinstance(ops, int) else ""
         print(f"*** {prg.device[:7]:7s} {GlobalCounters.kernel_count:4d} {name} arg {nbufs:3d} "
@@ -178,7 +189,7 @@ def precompile(schedule: list) -> None:
     runs here (Python) while the C compiler processes run in a thread pool, several at once, so a
     first training step compiles its dozens of kernels in parallel instead of one after another."""
     global _compile_pool
-    from fusegrad.codegen import get_program
+    if len(schedule) < 2: return   # nothing to overlap: get_runner compiles it
     todo: dict[tuple, tuple[str, UOp]] = {}
     for item in schedule:
         if item.ast.op is Ops.COPY: continue
@@ -191,7 +202,7 @@ def precompile(schedule: list) -> None:
     progress = CompileProgress(len(todo))
     for shared_key, (device, ast) in todo.items():
         with profile.span("codegen", "codegen"):
-            program = dataclasses.replace(get_program(ast, Device[device].renderer), device=device)
+            program = dataclasses.replace(codegen.get_program(ast, Device[device].renderer), device=device)
         pending.append((shared_key, program, _compile_pool.submit(_timed_compile, Device[device].compiler, program.name, program.src)))
     for shared_key, program, lib in pending:
         method_cache[shared_key] = CompiledRunner(program, precompiled=lib.result())

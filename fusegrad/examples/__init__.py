@@ -36,21 +36,18 @@ def run(main: Callable[[], Any], prog: str | None = None) -> None:
         raise SystemExit(1) from None
 
 class StepProgress:
-    """``for step in StepProgress(300): ...`` with a tqdm bar (when tqdm is installed and not ``quiet``) that starts
-    after the first ``warmup`` steps. Those compile the kernels and capture the JIT, taking far longer than the
-    rest: counted in the bar they would make its first ETA an hour. ``describe(text)`` labels the bar (or prints)."""
+    """``for step in StepProgress(300): ...`` with a progress bar on stderr (``fusegrad.helpers.tqdm``) when stderr
+    is a terminal and not ``quiet``. The first ``warmup`` steps compile the kernels and capture the JIT, taking far
+    longer than the rest: they are counted in the bar but left out of its speed and ETA, which would otherwise
+    start at an hour. ``describe(text)`` labels the bar, or prints the text when there is no bar (a pipe, a log)."""
     def __init__(self, steps: int, quiet: bool = False, warmup: int = 2):
-        self.steps, self.quiet, self.warmup, self.bar = steps, quiet, min(warmup, steps), None
+        from fusegrad.helpers import tqdm
+        self.steps, self.quiet, self.warmup = steps, quiet, min(warmup, steps)
+        self.bar = None if quiet else tqdm(range(steps), total=steps, disable=None, warmup=self.warmup)
+        if self.bar is not None and self.bar.disable: self.bar = None
     def __iter__(self):
         if not self.quiet and self.warmup: print(f"compiling and capturing the first {self.warmup} steps ...", flush=True)
-        yield from range(self.warmup)
-        try: from tqdm import tqdm
-        except ImportError: tqdm = None   # the progress bar is optional
-        if tqdm is not None and not self.quiet:
-            self.bar = tqdm(range(self.warmup, self.steps), initial=self.warmup, total=self.steps)
-            yield from self.bar
-            self.bar.close()
-        else: yield from range(self.warmup, self.steps)
+        yield from (self.bar if self.bar is not None else range(self.steps))
     def describe(self, text: str) -> None:
         if self.bar is not None: self.bar.set_description(text)
         elif not self.quiet: print(text)

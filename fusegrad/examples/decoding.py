@@ -6,7 +6,7 @@ token, sampled with the Gumbel-max trick; temperature 0 is greedy), has ``forwar
 single-token step and ``config.max_context`` / ``config.vocab_size``.
 """
 from __future__ import annotations
-import time
+import argparse, time
 import numpy as np
 from fusegrad import Tensor, Variable, dtypes
 from fusegrad.nn.state import get_state_dict
@@ -14,10 +14,28 @@ from fusegrad.nn.state import get_state_dict
 def add_generation_args(parser, prompt_help: str) -> None:
     """The command-line options every text-generation example shares (prompt, length, sampling)."""
     parser.add_argument("--prompt", default=None, help=prompt_help)
-    parser.add_argument("--tokens", default=None, help="prompt as comma-separated token ids, e.g. 1,2,3")
+    parser.add_argument("--tokens", default=None, type=token_ids, help="prompt as comma-separated token ids, e.g. 1,2,3")
     parser.add_argument("--count", type=int, default=10, help="number of tokens to generate")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
     parser.add_argument("--seed", type=int, default=0, help="random seed for the weights and the sampling")
+
+def token_ids(text: str) -> list[int]:
+    """``--tokens 1,2,3`` -> [1, 2, 3]; anything else is a usage error naming the bad item."""
+    try: ids = [int(item) for item in text.split(",")]
+    except ValueError: raise argparse.ArgumentTypeError(f"expected comma-separated integer token ids like 1,2,3, got {text!r}") from None
+    if any(i < 0 for i in ids): raise argparse.ArgumentTypeError(f"token ids can't be negative, got {text!r}")
+    return ids
+
+def check_prompt(prompt: list[int], count: int, config) -> None:
+    """One clear error (not a traceback) when the prompt can't run on this model: an id outside the vocabulary,
+    or more tokens than the KV cache holds (``--context``)."""
+    from fusegrad.examples import ExampleError
+    from fusegrad.helpers import pluralize
+    if (bad := [t for t in prompt if t >= config.vocab_size]):
+        raise ExampleError(f"token ids {bad[:5]} are outside the vocabulary of {config.vocab_size}")
+    if len(prompt) + count > config.max_context:
+        raise ExampleError(f"the prompt ({pluralize('token', len(prompt))}) + --count {count} is more than the context of "
+                           f"{config.max_context} tokens; raise --context or lower --count")
 
 def random_model(model_class, config, seed: int = 0):
     """A model with the layers' default random initialization (for trying the code without a checkpoint)."""

@@ -111,6 +111,10 @@ class Transformer:
     def logits(self, tokens: Tensor, start_pos: int | UOp) -> Tensor:
         """(bsz, seqlen) token ids at positions [start_pos, start_pos + seqlen) -> (bsz, seqlen, vocab)
         logits. Also writes these positions' keys/values into every layer's cache."""
+        return self.lm_head(self.ln_f(self.hidden(tokens, start_pos)))
+
+    def hidden(self, tokens: Tensor, start_pos: int | UOp) -> Tensor:
+        """The last block's output (bsz, seqlen, dim) before ``ln_f`` and the output projection; fills the caches."""
         bsz, seqlen = tokens.shape
         # the position embeddings are just rows of wpe: slice them (symbolic when start_pos is a Variable)
         pos_emb = self.wpe.weight[start_pos:start_pos + seqlen]
@@ -122,7 +126,7 @@ class Transformer:
             if isinstance(start_pos, UOp): raise ValueError("a symbolic start_pos is only supported for single-token steps")
             mask = Tensor.ones(seqlen, start_pos + seqlen, dtype=dtypes.bool).tril(start_pos)
         for block in self.h: h = block(h, start_pos, mask)
-        return self.lm_head(self.ln_f(h))
+        return h
 
     def forward(self, tokens: Tensor, start_pos: int | UOp, temperature: Tensor, noise: Tensor) -> Tensor:
         """The next token (bsz,) int32 after ``tokens``, sampled from softmax(logits / temperature).
@@ -132,7 +136,10 @@ class Transformer:
         tensor input and one JIT capture serves greedy and sampled decoding alike. ``noise`` holds
         the uniform u's (bsz, vocab); it comes from the caller so every replay gets fresh numbers.
         """
-        return decoding.sample(self.logits(tokens, start_pos)[:, -1, :], temperature, noise)
+        # only the last position's logits are sampled: project just that row. The vocab projection of
+        # every prompt position (128 x 768 x 50257) was most of a 128-token prefill (0.75 of 2.3 s of kernels)
+        last = self.hidden(tokens, start_pos)[:, -1, :]
+        return decoding.sample(self.lm_head(self.ln_f(last)), temperature, noise)
 
     def __call__(self, tokens: Tensor, start_pos: int | UOp, temperature: Tensor, noise: Tensor) -> Tensor:
         # the jitted path needs a fixed input shape (one token) and a Variable position (start_pos >= 1)
@@ -215,18 +222,21 @@ def main() -> None:
     decoding.add_generation_args(parser, "text prompt (needs the tiktoken package)")
     args = parser.parse_args()
 
-    if args.random:
-        model = random_model(GPT2Config(n_layers=args.layers, dim=args.dim, n_heads=args.heads or 4, vocab_size=args.vocab,
-                                        max_context=args.context), args.seed)
-    elif args.weights: model = load_weights(args.weights, args.heads)
-    else: parser.error("give --weights PATH or --random")
-
-    enc = _tokenizer(required=args.prompt is not None)
-    if args.tokens: prompt = [int(t) for t in args.tokens.split(",")]
+    if not (args.random or args.weights): parser.error("give --weights PATH or --random")
+    # the prompt first: a missing tokenizer is reported before minutes of loading or compiling
+    enc = _tokenizer(required=args.prompt is not None and not args.tokens)
+    if args.tokens: prompt = args.tokens
     elif args.prompt is not None:
-        if enc is None: parser.error("--prompt needs the tiktoken package; pass token ids with --tokens 1,2,3 instead")
+        if enc is None: raise examples.ExampleError("--prompt needs the tiktoken package (pip install tiktoken); or pass token ids "
+                                                    "with --tokens 1,2,3")
         prompt = enc.encode(args.prompt)
     else: prompt = [0]
+    if args.random:
+        config = GPT2Config(n_layers=args.layers, dim=args.dim, n_heads=args.heads or 4, vocab_size=args.vocab, max_context=args.context)
+        decoding.check_prompt(prompt, args.count, config)
+        model = random_model(config, args.seed)
+    else: model = load_weights(args.weights, args.heads)
+    decoding.check_prompt(prompt, args.count, model.config)
 
     timings: list[float] = []
     st = time.perf_counter()
@@ -234,8 +244,9 @@ def main() -> None:
     total = time.perf_counter() - st
     print("tokens:", out)
     if enc is not None and model.config.vocab_size == enc.n_vocab: print("text:", repr(enc.decode(prompt + out)))
-    steady = timings[2:] or timings   # the first two decode steps warm up and capture the JIT
+    steady = timings[2:]   # the first two decode steps compile and capture the JIT: their time isn't a decode speed
     if steady: print(f"{total:.2f} s total, decode {1e3 * sum(steady) / len(steady):.2f} ms/token (after JIT capture)")
+    else: print(f"{total:.2f} s total (a decode speed needs --count 4 or more: the first steps compile and capture the JIT)")
 
 if __name__ == "__main__":
     examples.run(main, "fusegrad.examples.gpt2")

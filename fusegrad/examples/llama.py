@@ -31,7 +31,7 @@ one token per step with a ``TinyJit``-captured step whose ``start_pos`` is a bou
 (one capture for every position).
 """
 from __future__ import annotations
-import argparse, glob, json, os, time
+import argparse, errno, glob, json, os, time
 from dataclasses import dataclass
 import numpy as np
 from fusegrad import examples
@@ -243,6 +243,7 @@ def load_into(model: Transformer, weights: dict[str, Tensor]) -> Transformer:
 def load_huggingface(path: str, max_context: int = 1024, config: LlamaConfig | None = None) -> Transformer:
     """Load a HF LLaMA checkpoint: a directory with config.json and *.safetensors shards, or one
     .safetensors file (config.json beside it, or pass ``config``)."""
+    if not os.path.exists(path): raise FileNotFoundError(errno.ENOENT, "no such file or directory", path)
     folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
     files = sorted(glob.glob(os.path.join(path, "*.safetensors"))) if os.path.isdir(path) else [path]
     if not files: raise FileNotFoundError(f"no .safetensors files in {path}")
@@ -265,14 +266,21 @@ def random_model(config: LlamaConfig, seed: int = 0) -> "Transformer":
 
 generate = decoding.generate   # prefill + jitted decode loop, shared with the other examples
 
-def _tokenizer(path: str | None):
-    """HF ``tokenizers`` with the tokenizer.json next to the weights, if both exist (optional)."""
-    if path is None: return None
-    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+def _tokenizer(path: str | None, required: bool = False):
+    """HF ``tokenizers`` with the tokenizer.json next to the weights, if both exist (optional: None otherwise).
+    When it is ``required`` (a ``--prompt``), what is missing is reported as it is."""
+    if path is None:
+        if required: raise examples.ExampleError("--prompt needs a tokenizer.json beside --weights; with --gguf or --random "
+                                                 "pass token ids with --tokens 1,2,3")
+        return None
+    tokenizer_json = os.path.join(path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path)), "tokenizer.json")
     try:
         from tokenizers import Tokenizer
-        return Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
-    except Exception: return None
+        return Tokenizer.from_file(tokenizer_json)
+    except Exception as error:
+        if not required: return None   # only used to print the generated text
+        if isinstance(error, ImportError): raise examples.ExampleError("--prompt needs the tokenizers package (pip install tokenizers)") from error
+        raise examples.ExampleError(f"--prompt: could not load the tokenizer {tokenizer_json}: {error}") from error
 
 def main() -> None:
     parser = examples.parser("LLaMA text generation with fusegrad")
@@ -289,20 +297,21 @@ def main() -> None:
     decoding.add_generation_args(parser, "text prompt (needs the tokenizers package and tokenizer.json)")
     args = parser.parse_args()
 
+    if not (args.random or args.gguf or args.weights): parser.error("give --weights PATH, --gguf PATH or --random")
+    # the prompt first: a missing tokenizer is reported before minutes of loading or compiling
+    tok = _tokenizer(args.weights, required=args.prompt is not None and not args.tokens)
+    if args.tokens: prompt = args.tokens
+    elif args.prompt is not None: prompt = tok.encode(args.prompt).ids
+    else: prompt = [1]   # LLaMA's <s>
     if args.random:
         hidden = args.hidden or 32 * round(8 * args.dim / 3 / 32)
-        model = random_model(LlamaConfig(n_layers=args.layers, dim=args.dim, n_heads=args.heads, n_kv_heads=args.kv_heads,
-                                         hidden_dim=hidden, vocab_size=args.vocab, max_context=args.context), args.seed)
+        config = LlamaConfig(n_layers=args.layers, dim=args.dim, n_heads=args.heads, n_kv_heads=args.kv_heads,
+                             hidden_dim=hidden, vocab_size=args.vocab, max_context=args.context)
+        decoding.check_prompt(prompt, args.count, config)
+        model = random_model(config, args.seed)
     elif args.gguf: model = load_gguf(args.gguf, args.context)
-    elif args.weights: model = load_huggingface(args.weights, args.context)
-    else: parser.error("give --weights PATH, --gguf PATH or --random")
-
-    tok = _tokenizer(args.weights)
-    if args.tokens: prompt = [int(t) for t in args.tokens.split(",")]
-    elif args.prompt is not None:
-        if tok is None: parser.error("--prompt needs the tokenizers package and a tokenizer.json beside the weights; use --tokens 1,2,3")
-        prompt = tok.encode(args.prompt).ids
-    else: prompt = [1]   # LLaMA's <s>
+    else: model = load_huggingface(args.weights, args.context)
+    decoding.check_prompt(prompt, args.count, model.config)
 
     timings: list[float] = []
     st = time.perf_counter()
@@ -310,8 +319,9 @@ def main() -> None:
     total = time.perf_counter() - st
     print("tokens:", out)
     if tok is not None: print("text:", repr(tok.decode(prompt + out)))
-    steady = timings[2:] or timings   # the first two decode steps warm up and capture the JIT
+    steady = timings[2:]   # the first two decode steps compile and capture the JIT: their time isn't a decode speed
     if steady: print(f"{total:.2f} s total, decode {1e3 * sum(steady) / len(steady):.2f} ms/token (after JIT capture)")
+    else: print(f"{total:.2f} s total (a decode speed needs --count 4 or more: the first steps compile and capture the JIT)")
 
 if __name__ == "__main__":
     examples.run(main, "fusegrad.examples.llama")

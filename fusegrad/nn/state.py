@@ -25,7 +25,8 @@ from typing import Any, Callable
 from fusegrad.tensor import Tensor
 from fusegrad.dtype import DType, dtypes, to_np_dtype
 from fusegrad.device import Device
-from fusegrad.helpers import prod, getenv, DEBUG, GlobalCounters
+from fusegrad.buffers import new_buffer_uop, buffer_of
+from fusegrad.helpers import prod, getenv, DEBUG, GlobalCounters, tqdm
 from fusegrad.runtime.ops_disk import is_disk, disk_view, disk_buffer, disk_file_tensor, disk_read_into, tensor_bytes
 
 __all__ = ["safe_load", "safe_save", "safe_load_metadata", "get_state_dict", "get_parameters", "load_state_dict",
@@ -115,7 +116,6 @@ class _Source:
 def _tensor_from_bytes(raw: bytes, dtype: DType, shape: tuple, device: str) -> Tensor:
     """A realized tensor holding exactly ``raw`` (any dtype, bfloat16 and fp8 included: no kernel runs)."""
     from fusegrad.uop.ops import UOp
-    from fusegrad.schedule import new_buffer_uop, buffer_of
     if prod(shape) == 0: return Tensor(UOp.const(dtype, 0, device, tuple(shape)), requires_grad=False)
     u = new_buffer_uop(device, prod(shape), dtype)
     buffer_of(u).allocate().copyin(memoryview(raw))
@@ -200,7 +200,7 @@ def safe_load(fn: Tensor | str | os.PathLike, max_bytes: int | None = None) -> d
     src = _Source(t, "safetensors file", max_bytes)
     data_start, data_len = 8 + json_len, src.nbytes - 8 - json_len
     ret: dict[str, Tensor] = {}
-    for name, info in header.items():
+    for name, info in _load_bar("safe_load", header.items(), len(header)):
         if name == "__metadata__": continue
         if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= info.keys():
             raise ValueError(f"corrupt safetensors header: entry {name!r} needs dtype, shape and data_offsets, got {info!r:.200}")
@@ -266,12 +266,24 @@ def get_parameters(obj: Any) -> list[Tensor]:
     """The tensors of ``get_state_dict(obj)``, in order."""
     return list(get_state_dict(obj).values())
 
+LOAD_BAR_DELAY = 1.0       # a load shows its progress bar once it has taken this long (seconds)...
+LOAD_BAR_MANY_TENSORS = 200   # ...or at once when it has this many tensors
+
+def _load_bar(what: str, items: Any, total: int, show: bool = True, leave: bool = False) -> tqdm:
+    """The progress bar of a load (one step per tensor): on stderr, only when it is a terminal (so never in a
+    pipe, a log or under pytest), and only once the load has taken LOAD_BAR_DELAY seconds or has many tensors."""
+    delay = 0.0 if total >= LOAD_BAR_MANY_TENSORS else LOAD_BAR_DELAY
+    return tqdm(items, total=total, desc=what, disable=None if show else True, delay=delay, leave=leave, unit=" tensors")
+
 def load_state_dict(model: Any, state_dict: dict[str, Tensor] | str | os.PathLike, strict: bool = True, verbose: bool = True,
                     consume: bool = False, realize: bool = True) -> list[Tensor]:
     """Put the tensors of ``state_dict`` into ``model``'s tensors (matched by ``get_state_dict`` names), copying
     them to each target's device. Shapes and dtypes must match (an error names the key). A key the model has but
     ``state_dict`` lacks is a KeyError when ``strict`` (a warning otherwise); keys nobody uses give a warning.
-    ``consume`` deletes loaded entries from ``state_dict``. Returns the loaded tensors."""
+    ``consume`` deletes loaded entries from ``state_dict``. Returns the loaded tensors.
+
+    With ``verbose`` (as in tinygrad) or DEBUG>=1 a progress bar runs on stderr when it is a terminal (a load of
+    many tensors, or one that takes more than a second), and ``verbose`` prints the load time and bandwidth."""
     if isinstance(state_dict, (str, os.PathLike)): state_dict = safe_load(state_dict)
     start, start_mem = time.perf_counter(), GlobalCounters.mem_used
     model_state_dict = get_state_dict(model)
@@ -281,7 +293,9 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor] | str | os.PathLik
     if missing and strict: raise KeyError(f"load_state_dict: the state dict has no value for {missing} (strict=True)")
     if missing: warnings.warn(f"load_state_dict: not loading {missing}: not in the state dict", stacklevel=2)
     ret = []
-    for k, v in model_state_dict.items():
+    bar = _load_bar("load_state_dict", model_state_dict.items(), len(model_state_dict), show=verbose or DEBUG >= 1, leave=True)
+    for k, v in bar:
+        bar.set_description(f"ram used: {GlobalCounters.mem_used / 1e9:5.2f} GB, {k}")
         if k not in state_dict: continue
         src = state_dict[k]
         if not isinstance(src, Tensor): raise TypeError(f"load_state_dict: {k!r} is a {type(src).__name__}, not a Tensor")
@@ -582,8 +596,14 @@ class _Resolver:
         return out
 
 def _resolve(obj: Any, build: Callable[[_TensorRef], Tensor]) -> Any:
-    """``obj`` with every _TensorRef replaced by its Tensor (see _Resolver)."""
-    return _Resolver(build)(obj)
+    """``obj`` with every _TensorRef replaced by its Tensor (see _Resolver), with a progress bar for long loads."""
+    bar = _load_bar("torch_load", None, 0)
+    def build_counted(ref: _TensorRef) -> Tensor:
+        tensor = build(ref)
+        bar.update(1)
+        return tensor
+    try: return _Resolver(build_counted)(obj)
+    finally: bar.close()
 
 def torch_load(fn: Tensor | str | os.PathLike, max_bytes: int | None = None) -> Any:
     """Load a PyTorch checkpoint (``torch.save``: the zip format, the legacy pickle format written with
@@ -820,7 +840,7 @@ def gguf_load(fn: Tensor | str | os.PathLike, max_bytes: int | None = None) -> t
     if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1): raise ValueError(f"corrupt GGUF file: bad alignment {alignment!r}")
     data_start = -(-r.pos // alignment) * alignment
     state_dict: dict[str, Tensor] = {}
-    for name, dims, ggml_type, offset in infos:
+    for name, dims, ggml_type, offset in _load_bar("gguf_load", infos, len(infos)):
         if name in state_dict: raise ValueError(f"corrupt GGUF file: duplicate tensor {name!r}")
         if ggml_type not in GGML_QUANT_SIZES: raise NotImplementedError(f"GGUF tensor {name!r}: ggml type {ggml_type} is not supported")
         type_name, block, block_bytes = GGML_QUANT_SIZES[ggml_type]

@@ -4,9 +4,10 @@ The linear program format is documented in docs/linear_uops.md. ``ProgramSpec`` 
 from codegen to the runtime: name, source, launch sizes, and the flop/byte estimates.
 """
 from __future__ import annotations
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 from fusegrad.dtype import DType, dtypes
+from fusegrad.helpers import BEAM, NOOPT, VECTORIZE, USE_TC, TC_OPT, TRANSCENDENTAL, ContextVar
 from fusegrad.uop.ops import UOp, Ops, sym_infer
 
 @dataclass(frozen=True)
@@ -35,25 +36,93 @@ class TensorCore:
         return m * k, n, m * n
     def __repr__(self) -> str: return f"TensorCore({self.name})"
 
+# The Context settings that change generated code, by their RendererOptions field. Their values are part of
+# every compiled-kernel cache key (engine/realize.py) and of the BEAM cache key (codegen/opt/search.py), so a
+# kernel compiled under Context(VECTORIZE=0) or TC=0 is not reused under other settings. A new setting that
+# changes generated code belongs here (and as a field of RendererOptions).
+CODEGEN_FLAGS: dict[str, ContextVar] = {"beam": BEAM, "noopt": NOOPT, "vectorize": VECTORIZE, "use_tc": USE_TC, "tc_opt": TC_OPT,
+                                        "transcendental": TRANSCENDENTAL}
+
+@dataclass(frozen=True)
+class RendererOptions:
+    """Everything that decides the code one kernel compiles to, besides the kernel itself: the target, what
+    its hardware can do, and the codegen flags' values. One frozen value, ``renderer.options``, the key of the
+    compiled-kernel cache and (without ``beam``/``noopt``) of the BEAM cache.
+
+    >>> from fusegrad.renderer.cstyle import ClangRenderer
+    >>> from fusegrad.helpers import Context
+    >>> with Context(VECTORIZE=0): ClangRenderer().options.vectorize
+    0
+    >>> ClangRenderer().options == ClangRenderer().options, ClangRenderer().options.target
+    (True, 'CPU')
+    """
+    target: str                         # the renderer's device ("CPU", "LLVM", "CL", "CUDA", "PYTHON", ...)
+    variant: tuple                      # the renderer's constructor arguments (CUDA arch, OpenCL limits, CPU threads)
+    has_local: bool                     # global/local launch dims (GPU-style); else globals become loops
+    has_shared: bool                    # workgroup-shared memory (GROUP, GROUPTOP, staged copies on the GPU)
+    has_threads: bool                   # THREAD ranges run on CPU cores
+    local_max: tuple[int, ...] | None   # per local launch dim, x, y, z
+    local_max_threads: int              # threads in one workgroup (product of the local dims)
+    shared_max: int                     # bytes of shared memory per workgroup
+    max_vector_bytes: int               # widest vector register
+    vector_registers: int               # vector registers a register tile's accumulators may fill
+    scalar_accumulators: int            # scalar accumulators a register tile may hold when its column fills no vector
+    stage_max_bytes: int                # staged copies per kernel without shared memory (OptOps.STAGE on the CPU)
+    vector_loops: bool                  # innermost UPCAST loops become vector code (codegen/vectorize.py)
+    native_transcendentals: bool        # False: exp2/log2/sin are decomposed into polynomials
+    gpu_heuristic: bool                 # workgroup defaults from codegen/opt/gpu_heuristic.py
+    tensor_cores: tuple[TensorCore, ...]
+    beam: int                           # the codegen flags (helpers.py ContextVars, CODEGEN_FLAGS), current values
+    noopt: int
+    vectorize: int
+    use_tc: int
+    tc_opt: int
+    transcendental: int
+    def __hash__(self) -> int:
+        # (a cache key hashed per kernel launch: the field tuple is hashed once)
+        if (cached := self.__dict__.get("_hash")) is None: cached = self.__dict__["_hash"] = hash(tuple(getattr(self, f.name) for f in fields(self)))
+        return cached
+
 class Renderer:
-    """What a backend can do, and ``render(name, uops) -> str``."""
+    """What a backend can do, and ``render(name, uops) -> str``. A renderer's fields don't change after it
+    is made: ``options`` snapshots them (with the codegen flags) as the cache key of compiled kernels."""
     device: str = ""
-    suffix: str = ""
-    supports_float4: bool = False
     has_local: bool = False          # global/local launch dims (GPU-style); else globals become loops
     has_shared: bool = False
     has_threads: bool = False        # THREAD ranges run on CPU cores
-    has_tensor_cores: bool = False
-    global_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
     local_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3   # per local launch dim, x, y, z
     local_max_threads: int = 1024    # threads in one workgroup (product of the local dims)
     shared_max: int = 32768
     max_vector_bytes: int = 64       # widest vector register (AVX-512)
+    vector_registers: int = 16       # accumulators of a register tile, in vector registers (AVX-512 has 32; half, measured)
+    scalar_accumulators: int = 160   # accumulators of a register tile whose column fills no vector (measured on AVX-512)
+    stage_max_bytes: int = 1 << 20   # staged copies per kernel on the CPU (stack up to 64 KB, else heap)
     vector_loops: bool = False       # renders vector dtypes: innermost UPCAST loops become vector code (codegen/vectorize.py)
     native_transcendentals: bool = True   # False: exp2/log2/sin are decomposed into polynomials
+    gpu_heuristic: bool = False      # workgroup renderers (OpenCL): codegen/opt/gpu_heuristic.py picks their opts
     tensor_cores: list[TensorCore] = []   # matrix instructions OptOps.TC may use (the first that matches)
     def render(self, name: str, uops: list[UOp]) -> str: raise NotImplementedError
     def __reduce__(self): return self.__class__, ()
+
+    @property
+    def options(self) -> RendererOptions:
+        """This renderer's ``RendererOptions`` under the current Context (one object per distinct setting)."""
+        # (read per kernel launch, as the compiled-kernel cache key: kept to a few dict lookups)
+        flags = (BEAM.value, NOOPT.value, VECTORIZE.value, USE_TC.value, TC_OPT.value, TRANSCENDENTAL.value)   # CODEGEN_FLAGS' order
+        try: return self.__dict__["_options_memo"][flags]
+        except KeyError: pass
+        memo: dict = self.__dict__.setdefault("_options_memo", {})
+        found = memo[flags] = self._make_options(flags)
+        return found
+
+    def _make_options(self, flags: tuple) -> RendererOptions:
+        return RendererOptions(
+            target=self.device, variant=tuple(self.__reduce__()[1]), has_local=self.has_local, has_shared=self.has_shared,
+            has_threads=self.has_threads, local_max=None if self.local_max is None else tuple(self.local_max),
+            local_max_threads=self.local_max_threads, shared_max=self.shared_max, max_vector_bytes=self.max_vector_bytes,
+            vector_registers=self.vector_registers, scalar_accumulators=self.scalar_accumulators, stage_max_bytes=self.stage_max_bytes,
+            vector_loops=self.vector_loops, native_transcendentals=self.native_transcendentals, gpu_heuristic=self.gpu_heuristic,
+            tensor_cores=tuple(self.tensor_cores), **dict(zip(CODEGEN_FLAGS, flags)))
 
 @dataclass
 class ProgramSpec:
@@ -71,6 +140,11 @@ class ProgramSpec:
     mem_estimate: Any = 0
     applied_opts: tuple = ()
     def launch_dims(self, var_vals: dict[UOp, int]) -> tuple[list[int], list[int] | None]:
-        global_size = [sym_infer(s, var_vals) for s in self.global_size]
-        local_size = [sym_infer(s, var_vals) for s in self.local_size] if self.local_size is not None else None
+        # (sizes hold the kernel's variables as the index-typed UOps, ``vars`` their narrowed copies: match by name)
+        by_name = {v.arg[0]: val for v, val in var_vals.items()}
+        def infer(s: Any) -> int:
+            if isinstance(s, int): return s
+            return sym_infer(s, {v: by_name[v.arg[0]] for v in s.toposort if v.op is Ops.DEFINE_VAR and v.arg[0] in by_name})
+        global_size = [infer(s) for s in self.global_size]
+        local_size = [infer(s) for s in self.local_size] if self.local_size is not None else None
         return global_size, local_size

@@ -208,7 +208,7 @@ class CStyleLanguage(Renderer):
             elif op is Ops.DEFINE_VAR:
                 # every variable travels as a 64-bit int; the kernel narrows it to its index type
                 expr[u] = u.arg[0]
-                params.append(f"const long long {u.arg[0]}_arg")
+                params.append(f"const {self.render_dtype(dtypes.int64)} {u.arg[0]}_arg")
                 emit(f"const {self.render_dtype(u.dtype)} {u.arg[0]} = ({self.render_dtype(u.dtype)}){u.arg[0]}_arg;")
             elif op is Ops.CONST: expr[u] = self.render_const(u.arg, u.dtype)
             elif op is Ops.DEFINE_REG:
@@ -263,12 +263,12 @@ class CStyleLanguage(Renderer):
                 emit(statement)
             elif op is Ops.LOAD:
                 index = u.src[0]
-                access = expr[index]
+                access = self.render_scalar_load(index, expr)
                 if len(index.src) > 2: access = f"({expr[index.src[2]]}?{access}:{self.render_const(0, u.dtype)})"
                 declare(u, access, "val")
             elif op is Ops.STORE:
                 index, value = u.src[0], u.src[1]
-                statement = f"{expr[index]} = {_strip(expr[value])};"
+                statement = self.render_scalar_store(index, expr, _strip(expr[value]))
                 if len(index.src) > 2: statement = f"if ({_strip(expr[index.src[2]])}) {{ {statement} }}"
                 emit(statement)
             elif op is Ops.GEP: expr[u] = f"({expr[u.src[0]]})[{u.arg[0]}]"
@@ -292,6 +292,14 @@ class CStyleLanguage(Renderer):
         if typedefs: body = [typedefs.rstrip("\n")] + body
         helpers = "".join(self.tensor_core_helper(tc) for tc in sorted(tensor_cores, key=lambda tc: tc.name))
         return self.masked_access_macros(masked) + helpers + self.render_kernel(name, [p for _, p in sorted(buffer_params)] + params, body)
+
+    # (dialects whose element type can't be dereferenced, like OpenCL's storage-only half, override these two)
+    def render_scalar_load(self, index: UOp, expr: dict[UOp, str]) -> str:
+        """The expression that reads the element INDEX ``index`` points at (``expr`` holds the rendered uops)."""
+        return expr[index]
+    def render_scalar_store(self, index: UOp, expr: dict[UOp, str], value: str) -> str:
+        """The statement that writes ``value`` to the element INDEX ``index`` points at."""
+        return f"{expr[index]} = {value};"
 
     def tensor_core_helper(self, tc) -> str:
         """C source of ``fg_wmma_<name>(a, b_0, .., c)``, a declared tensor core's instruction."""
@@ -345,6 +353,17 @@ static inline fg_f32x16 fg_wmma_bf16_16x1x2(fg_u16x2 a, fg_u16x16 b0, fg_u16x16 
 #endif
 """
 
+def steps_backwards(uops: list[UOp]) -> bool:
+    """Does some integer arithmetic (index math) run backwards along a loop: a negation, a subtraction
+    or a multiplication by a negative constant (``ridx*(-1)``, how a flip's index is written)?"""
+    def negative(c: UOp) -> bool:
+        if c.op is Ops.VECTORIZE: return any(negative(s) for s in c.src)
+        return c.op is Ops.CONST and isinstance(c.arg, (int, float)) and c.arg < 0
+    for u in uops:
+        if u.dtype.scalar() not in dtypes.ints: continue
+        if u.op in (Ops.NEG, Ops.SUB) or (u.op is Ops.MUL and any(negative(s) for s in u.src)): return True
+    return False
+
 class ClangRenderer(CStyleLanguage):
     """C for the CPU device, compiled by the system C compiler. THREAD ranges become OpenMP
     parallel loops (each thread gets private accumulators). Its tensor core is ``BF16_TENSOR_CORE``."""
@@ -359,14 +378,24 @@ class ClangRenderer(CStyleLanguage):
     header = "#include <math.h>\n#include <stdbool.h>\n#include <stdio.h>\n#include <stdlib.h>\n"
     def __init__(self, has_threads: bool = False): self.has_threads = has_threads
     def __reduce__(self): return self.__class__, (self.has_threads,)
-    # GCC 12's loop vectorizer miscompiles a sum over a reversed inner axis (`acc += x[2*i + 1 - j]`
-    # summed x[2i] twice). Kernels with accumulators turn it off for themselves; codegen vectorizes
-    # their tiles explicitly. Elementwise kernels keep it: a scalar loop of sqrt and division (Adam's
-    # update) runs 8x slower without it.
+    def render_alu(self, u: UOp, s: list[str]) -> str:
+        value = super().render_alu(u, s)
+        # Every float16 op yields a half value (as in torch, and on the CUDA/OpenCL/LLVM/PYTHON backends). gcc
+        # computes scalar _Float16 arithmetic in float on CPUs without AVX512-FP16 and rounds only at assignments
+        # and casts, so an inlined chain like (a*b)+c rounded once: a value stored by one kernel and recomputed in
+        # another then differed (max's backward compared them: 0/0 = NaN). The cast rounds it here. (gcc's vector
+        # _Float16 ops already round per lane op; selects and negation are exact.)
+        if u.dtype == dtypes.float16 and u.op not in (Ops.WHERE, Ops.MAX, Ops.NEG) and not value.startswith("((_Float16)"):
+            return f"((_Float16)({_strip(value)}))"
+        return value
+    # GCC 12's loop vectorizer miscompiles a sum whose loads step backwards inside the loop nest
+    # (`acc += x[2*i + 1 - j]` summed x[2i] twice; x[3*i + 2 - j] too). Only kernels with both an
+    # accumulator and a backwards step (a flip) turn it off for themselves: without it a 3x3 conv's
+    # weight gradient ran 1.5x slower, and Adam's elementwise sqrt/div update 8x.
     NO_LOOP_VECTORIZE = ("#if defined(__GNUC__) && !defined(__clang__)\n__attribute__((optimize(\"no-tree-loop-vectorize\")))\n#endif\n")
     def render(self, name: str, uops: list[UOp]) -> str:
         src = super().render(name, uops)
-        if not any(u.op is Ops.DEFINE_REG for u in uops): return src
+        if not (any(u.op is Ops.DEFINE_REG for u in uops) and steps_backwards(uops)): return src
         at = src.index(f"{self.kernel_prefix}{name}(")
         return src[:at] + self.NO_LOOP_VECTORIZE + src[at:]
 

@@ -78,7 +78,6 @@ class LLVMRenderer(Renderer):
     has_local = False
     has_shared = False
     has_threads = False
-    has_tensor_cores = False
     tensor_cores = []
     vector_loops = True              # vector uops (codegen/vectorize.py) render as LLVM vector types
     native_transcendentals = False   # the polynomials vectorize; libm calls don't

@@ -3,7 +3,7 @@ that ctypes loads. Compiled libraries are cached on disk by source hash (see Com
 from __future__ import annotations
 import ctypes, os, pathlib, platform, subprocess, tempfile, time
 from fusegrad.device import Compiled, Compiler, CompileError, MallocAllocator
-from fusegrad.helpers import cache_dir, content_hash, getenv
+from fusegrad.helpers import PROFILE, ansistrip, cache_dir, content_hash, getenv
 from fusegrad.renderer.cstyle import ClangRenderer
 
 # OpenMP threads sleep between kernels instead of spinning: spinning wins a few microseconds on
@@ -87,7 +87,10 @@ class CPUDevice(Compiled):
 class CPUGraph:
     """Runs a JIT capture in one native call: a generated C function calls every kernel in order
     through a table of function pointers, with buffer addresses from a pointer table. Replay only
-    rewrites the table entries of the inputs, so a captured kernel costs a C call, not Python."""
+    rewrites the table entries of the inputs, so a captured kernel costs a C call, not Python.
+    With PROFILE on, a second generated function (built on first use) also reads the clock between
+    kernels, so the trace gets a span per kernel inside the graph's span (``profiles_kernels``)."""
+    profiles_kernels = True
     def __init__(self, items: list, input_buffers: list):
         from fusegrad.engine.realize import CompiledRunner
         self.items = items
@@ -111,6 +114,7 @@ class CPUGraph:
                 types.append("long long")
             calls.append(f"  ((void(*)({', '.join(types) or 'void'}))fns[{index}])({', '.join(args)});")
         src = "void run(void **fns, void **bufs, long long *vals) {\n" + "\n".join(calls) + "\n}\n"
+        self.calls, self.timed = calls, None
         from fusegrad.device import Device
         self.lib = CPUProgram("run", Device["CPU"].compiler.compile_cached(src))
         self.functions = (ctypes.c_void_p * len(items))(*[ctypes.cast(item.prg._prg.fxn, ctypes.c_void_p) for item in items])
@@ -128,4 +132,27 @@ class CPUGraph:
         if self.var_names:
             by_name = {**self.default_vals, **{v.expr: val for v, val in var_vals.items()}}
             for i, name in enumerate(self.var_names): self.vals[i] = by_name[name]
-        self.lib.fxn(self.functions, self.table, self.vals)
+        if PROFILE.value: self._replay_profiled()
+        else: self.lib.fxn(self.functions, self.table, self.vals)
+
+    def _replay_profiled(self) -> None:
+        """Run the timed twin of ``run`` and record the graph's span and one span per kernel within it."""
+        from fusegrad.viz import profile
+        if self.timed is None:
+            from fusegrad.device import Device
+            stamped = [f"{call}\n  stamps[{i + 1}] = now();" for i, call in enumerate(self.calls)]
+            src = ("#include <time.h>\nstatic double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); "
+                   "return t.tv_sec + t.tv_nsec * 1e-9; }\n"
+                   "void run_timed(void **fns, void **bufs, long long *vals, double *stamps) {\n  stamps[0] = now();\n"
+                   + "\n".join(stamped) + "\n}\n")
+            self.timed = CPUProgram("run_timed", Device["CPU"].compiler.compile_cached(src))
+            self.stamps = (ctypes.c_double * (len(self.items) + 1))()
+        start = profile.now()
+        self.timed.fxn(self.functions, self.table, self.vals, self.stamps)
+        end = profile.now()
+        device = self.items[0].prg.device
+        profile.record(f"JIT graph ({len(self.items)} kernels)", "graph", start, end - start, track=device)
+        # the C clock's times, placed relative to the graph's start on the profiler's clock
+        for i, item in enumerate(self.items):
+            profile.record(ansistrip(item.prg.display_name).strip(), "kernel", start + self.stamps[i] - self.stamps[0],
+                           self.stamps[i + 1] - self.stamps[i], track=device, buffers=len(item.bufs), in_graph=True)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 from typing import Any
 from fusegrad.device import Allocator, Compiled, Compiler
+from fusegrad.buffers import BUFFERS, buffer_of, new_buffer_uop
 from fusegrad.dtype import DType, dtypes, to_dtype
 from fusegrad.helpers import prod
 
@@ -213,7 +214,6 @@ def disk_file_tensor(path: str | os.PathLike) -> Any:
     opened = device._open(size, readonly=True)   # held while the tensor's buffer takes its own reference
     try:
         t = Tensor.empty(size, dtype=dtypes.uint8, device=f"DISK:{path}")
-        from fusegrad.schedule import buffer_of
         buffer_of(t.uop.base).ensure_allocated()
     finally: opened.release()
     return t
@@ -234,12 +234,18 @@ def is_disk(device: Any) -> bool:
     return isinstance(device, str) and device.upper().startswith("DISK:")
 
 def disk_byte_range(u: Any) -> tuple[Any, int, int]:
-    """For a UOp that is a chain of RESHAPE / SHRINK / same-size BITCAST over a DISK BUFFER, the base BUFFER uop
-    and the (byte offset, byte length) it covers. Raises if the view isn't one contiguous byte range."""
+    """For a UOp that is a chain of RESHAPE / SHRINK / same-size BITCAST over a DISK BUFFER (or over a pending
+    copy onto DISK, which runs first), the base BUFFER uop and the (byte offset, byte length) it covers. Raises
+    if the view isn't one contiguous byte range."""
     from fusegrad.uop.ops import Ops
     chain = []
     node = u
     while node.op is not Ops.BUFFER:
+        if node.op is Ops.COPY and is_disk(node.device):
+            # a pending copy onto DISK (``x.to("disk:...")``): write the file now, so reads see the copy
+            from fusegrad.tensor import Tensor
+            node = Tensor(node, requires_grad=False).realize().uop
+            continue
         if node.op not in (Ops.RESHAPE, Ops.SHRINK, Ops.BITCAST) or (node.op is Ops.BITCAST and node.dtype.itemsize != node.src[0].dtype.itemsize):
             raise DiskComputeError(f"{DISK_ONLY_MESSAGE}; {node.op.name} isn't possible on a DISK tensor")
         chain.append(node)
@@ -266,7 +272,6 @@ def disk_byte_range(u: Any) -> tuple[Any, int, int]:
 def _view_of(base: Any, byte_offset: int, dtype: DType, shape: tuple) -> Any:
     """A fresh BUFFER uop (reshaped to ``shape``) for a sub-buffer of the DISK BUFFER ``base``."""
     from fusegrad.uop.ops import UOp
-    from fusegrad.schedule import new_buffer_uop, buffer_of, BUFFERS
     count = prod(shape)
     if count == 0: return UOp.const(dtype, 0, base.device, shape)
     buf = buffer_of(base).ensure_allocated()
@@ -284,7 +289,7 @@ def disk_view_uop(u: Any, dtype: DType | None = None, shape: tuple | None = None
         shape = tuple(u.shape)
         if dtype.itemsize != u.dtype.itemsize:
             if not shape or (shape[-1] * u.dtype.itemsize) % dtype.itemsize:
-                raise ValueError(f"can't bitcast shape {shape} of {u.dtype} to {dtype}: the last dimension doesn't divide")
+                raise RuntimeError(f"can't bitcast shape {shape} of {u.dtype} to {dtype}: the last dimension doesn't divide")
             shape = shape[:-1] + (shape[-1] * u.dtype.itemsize // dtype.itemsize,)
     if prod(shape) * dtype.itemsize != nbytes:
         raise ValueError(f"a DISK view of {nbytes} bytes can't hold shape {shape} of {dtype}")
@@ -314,7 +319,6 @@ def disk_view(t: Any, offset: int | None = None, nbytes: int | None = None, dtyp
 
 def disk_buffer(t: Any) -> Any:
     """The (sub-)``Buffer`` holding exactly the bytes of the DISK tensor ``t`` (for ``copyin`` / ``as_buffer``)."""
-    from fusegrad.schedule import buffer_of
     v = disk_view(t)
     if v.numel() == 0: raise ValueError("an empty DISK tensor has no buffer")
     return buffer_of(v.uop.base).ensure_allocated()
@@ -333,7 +337,6 @@ def tensor_bytes(t: Any) -> bytes:
     from fusegrad.tensor import Tensor
     from fusegrad.device import Device
     from fusegrad.uop.ops import Ops, GroupOp
-    from fusegrad.schedule import buffer_of
     if isinstance(t.device, tuple): t = t.to(t.device[0])
     if is_disk(t.device): t = disk_view(t).to(Device.DEFAULT)
     u, movement = t.uop, []

@@ -62,8 +62,6 @@ class PythonRenderer(Renderer):
     tensor_cores = [BF16_TENSOR_CORE]
     has_local = True
     has_shared = True
-    supports_float4 = True
-    global_max = (2**31 - 1,) * 3
     local_max = (1024,) * 3
     shared_max = 65536
     def render(self, name: str, uops: list[UOp]) -> str:

@@ -1,9 +1,10 @@
 """The scheduler: from the UOps a user wants realized to an ordered list of kernels.
 
 1. Simplify the tensor graph (constants fold, weak dtypes become concrete): tensor_rules.py.
-2. Decide what is written to memory (``find_realize_points``). Everything else is recomputed
-   inside its consumer, so elementwise work fuses into consumers and a reduce fuses with its
-   elementwise inputs and epilogue.
+2. Decide what is written to memory (``find_realize_points``; where a value would be recomputed
+   many times, ``store_is_cheaper`` weighs the repeated work against the bytes of storing it).
+   Everything else is recomputed inside its consumer, so elementwise work fuses into consumers and
+   a reduce fuses with its elementwise inputs and epilogue.
 3. Build one kernel per realize point (rangeify.py), in dependency order. Realize points of the
    same shape that don't depend on each other share one multi-output kernel.
 
@@ -11,32 +12,15 @@ The result is a list of ``ScheduleItem`` plus a ``becomes`` map that tells the f
 graph nodes now live in buffers.
 """
 from __future__ import annotations
-import itertools, weakref
 from dataclasses import dataclass, field
 from typing import Any
 from fusegrad.dtype import dtypes
-from fusegrad.helpers import prod, DEBUG
+from fusegrad.helpers import prod, DEBUG, PROFILE
 from fusegrad.uop.ops import UOp, Ops, GroupOp, graph_rewrite, graph_rewrite_map, graph_rewrite_memo, PatternMatcher, UPat
 from fusegrad.schedule.tensor_rules import tensor_simplify, const_value
 from fusegrad.schedule.rangeify import build_kernel, reads_other_elements
-
-# ---------------------------------------------------------------- buffers behind BUFFER uops
-
-BUFFERS: "weakref.WeakKeyDictionary[UOp, Any]" = weakref.WeakKeyDictionary()
-_buffer_ids = itertools.count()
-
-def new_buffer_uop(device: str, size, dtype) -> UOp:
-    """A fresh BUFFER node (each call is a distinct buffer). A symbolic size allocates its maximum."""
-    if isinstance(size, UOp): size = int(size.vmax)
-    return UOp(Ops.BUFFER, dtypes.concrete(dtype), (), (next(_buffer_ids), device, max(size, 1)))
-
-def buffer_of(buffer_uop: UOp):
-    """The ``Buffer`` object for a BUFFER uop, created (unallocated) on first use."""
-    from fusegrad.device import Buffer
-    if (buf := BUFFERS.get(buffer_uop)) is None:
-        _, device, size = buffer_uop.arg
-        buf = BUFFERS[buffer_uop] = Buffer(device, size, buffer_uop.dtype)
-    return buf
+# the buffer registry lives beside device.py (fusegrad/buffers.py); re-exported here for older callers
+from fusegrad.buffers import BUFFERS, new_buffer_uop, buffer_of  # noqa: F401
 
 @dataclass(frozen=True)
 class ScheduleItem:
@@ -68,8 +52,81 @@ def assign_target(node: UOp) -> UOp:
     for op, arg in node.arg or (): target = UOp(op, target.dtype, (target,), arg)
     return target
 
+def _is_alias(node: UOp) -> bool:
+    """Is ``node`` only movement ops (and DETACH) over a pending ASSIGN: a view of its buffer?"""
+    while node.op in GroupOp.Movement or node.op is Ops.DETACH: node = node.src[0]
+    return node.op is Ops.ASSIGN
+
+# ---------------------------------------------------------------- the store-vs-recompute cost model
+
+# What one kernel launch costs, in the units of ``store_is_cheaper`` (about the time to move 64 KiB:
+# a few microseconds of dispatch, argument setup and thread wake-up on the CPU backend)
+LAUNCH_COST = 1 << 16
+# ops that the backends expand into many instructions: threefry is 20 rounds of add/rotate/xor,
+# exp2/log2/sin/pow become polynomial approximations with range reduction
+_OP_COST = {Ops.THREEFRY: 64, Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 16, Ops.POW: 16,
+            Ops.SQRT: 4, Ops.RECIPROCAL: 4, Ops.FDIV: 4, Ops.IDIV: 4, Ops.MOD: 4}
+
+def op_cost(op: Ops) -> int:
+    """The work of one elementwise op on one element (a simple ALU op is 1; casts and movement are free)."""
+    return _OP_COST.get(op, 1) if op in GroupOp.ALU else 0
+
+def store_is_cheaper(work: float, recomputes: float, elements: int, itemsize: int, launch: bool = True) -> bool:
+    """Should a value be written to memory once instead of recomputed by every use?
+
+    One unit is one simple ALU op on one element, or one byte moved (on this class of machine
+    both take roughly the same time in a vectorized loop).
+
+    - work repeated  = ``work`` (ops per element, a reduce's whole loop included) x (``recomputes`` - 1) x ``elements``:
+      a value read through an EXPAND is recomputed once per element of the expanded view, one
+      computed inside another reduce's loop once per iteration of that loop
+    - cost of storing = bytes written + bytes read back (2 x ``itemsize`` x ``elements``), plus
+      ``LAUNCH_COST`` for the kernel that writes it when ``launch`` (a tiny value is cheaper to
+      recompute than to launch a kernel for)
+
+    Store when repeating the work costs more. ``store_is_cheaper(100, 512, 512*512, 4)`` (random
+    normals broadcast into a 512x512 matmul) is True; ``store_is_cheaper(2, 8, 10, 4)`` (lr * grad
+    broadcast over a tiny batch) is False."""
+    repeated = work * max(recomputes - 1, 0) * elements
+    storing = 2 * itemsize * elements + (LAUNCH_COST if launch else 0)
+    return repeated > storing
+
+def _numel(shape: tuple) -> int:
+    """Elements in ``shape``; a symbolic dim counts as its maximum."""
+    return int(prod(s if isinstance(s, int) else s.vmax for s in shape)) if shape is not None else 1
+
+def _work_of(node: UOp, recomputed_sources: list[UOp], work: dict[UOp, float]) -> float:
+    """Ops per element of ``node``'s value, counting the work of the sources that are recomputed
+    with it; a reduce repeats its source's work once per reduced element."""
+    inner = sum(work[s] for s in recomputed_sources) + op_cost(node.op)
+    if node.op is Ops.REDUCE_AXIS: inner = (inner + 1) * max(_numel(tuple(node.src[0].shape[a] for a in node.arg[1])), 1)
+    return min(inner, float(1 << 40))
+
+def _expand_factor(expand: UOp) -> float:
+    """How many times an EXPAND reads each element of its source."""
+    return _numel(expand.shape) / max(_numel(expand.src[0].shape), 1)
+
+def _store_for_repeats(node: UOp, work: float, recomputes: float) -> bool:
+    return store_is_cheaper(work, recomputes, _numel(node.shape), node.dtype.itemsize)
+
+def _folded_arithmetic(node: UOp) -> bool:
+    """Does ``node``'s graph compute something (an ALU op) above its buffers? (Then it is a new value
+    even where simplification folds it to a view of a buffer.)"""
+    stack, seen = [node], set()
+    while stack:
+        if (x := stack.pop()) in seen: continue
+        seen.add(x)
+        if x.op in GroupOp.ALU: return True
+        if x.op is not Ops.ASSIGN: stack.extend(x.src)   # an assign's value is the buffer's, not this node's
+    return False
+
 def find_realize_points(roots: list[UOp]) -> list[UOp]:
-    """Nodes whose value is stored in a buffer, in dependency order (sources first)."""
+    """Nodes whose value is stored in a buffer, in dependency order (sources first).
+
+    Stored: roots, CONTIGUOUS / ASSIGN / COPY, a reduce with several consumers, a value read through
+    an EXPAND or computed inside another reduce's loop when ``store_is_cheaper`` says repeating it
+    costs more than storing it, and values whose recomputation would repeat a reduce or grow
+    exponentially (several views of one value)."""
     sink = UOp(Ops.SINK, dtypes.void, tuple(roots))
     order = list(sink.toposort)
     consumers: dict[UOp, list[UOp]] = {}
@@ -84,37 +141,47 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
         # a reduce used in several places is stored once instead of recomputed per use (consumers
         # with the same loops still end up in its kernel: see group_kernels)
         if node.op is Ops.REDUCE_AXIS and len(set(consumers.get(node, []))) > 1: realize.add(node)
-    # a value broadcast by EXPAND is recomputed per output element: store it if that repeats a reduce.
-    # has_reduce[x]: is there a reduce that would be recomputed along with x? (one bottom-up pass)
     boundaries = (Ops.BUFFER, Ops.CONST, Ops.DEVICE, Ops.COPY, Ops.ASSIGN, Ops.CONTIGUOUS)
+    def recomputed_sources(node: UOp) -> list[UOp]:
+        return [s for s in node.src if s not in realize and s.op not in boundaries]
+    # a value broadcast by EXPAND is recomputed per element of the expanded view: store it when
+    # that repeats more work than storing costs (random normals into a matmul). A value that
+    # computes a reduce is always stored: its loop would run once per element of the view (a
+    # reduce nested in the consumer's loops, which the optimizer can't tile), and the reduce's
+    # output is small next to its input. One bottom-up pass; expand_factor keeps the largest
+    # factor each value is read with, for the second look below.
+    work: dict[UOp, float] = {}
     has_reduce: dict[UOp, bool] = {}
+    expand_factor: dict[UOp, float] = {}
     for node in order:
-        has_reduce[node] = node.op is Ops.REDUCE_AXIS or any(
-            has_reduce[s] for s in node.src if s not in realize and s.op not in boundaries)
-    stored_for_expand: set[UOp] = set()
-    for node in order:
+        recomputed = recomputed_sources(node)
+        work[node] = _work_of(node, recomputed, work)
+        has_reduce[node] = node.op is Ops.REDUCE_AXIS or any(has_reduce[s] for s in recomputed)
         if node.op is Ops.EXPAND:
             base = node.src[0].base
-            if base.op not in (Ops.BUFFER, Ops.CONST) and has_reduce[base] and base not in realize:
-                realize.add(base)
-                stored_for_expand.add(base)
-    # a computed value read through several different views (x and x.flip(0), x and x.shrink(...))
-    # would be recomputed once per view, and chains of such reads (sort networks, scans, their
-    # gradients) grow exponentially: store it once instead
-    # (one pass in dependency order: a node's sources are decided before it, so has_reduce and
-    # alu_work only count work that would really be recomputed with it)
-    alu_work: dict[UOp, int] = {}
+            if base.op in boundaries or base in realize: continue
+            expand_factor[base] = max(expand_factor.get(base, 1.0), _expand_factor(node))
+            if has_reduce[base] or _store_for_repeats(base, work[base], expand_factor[base]): realize.add(base)
+    stored_for_expand = {node for node in expand_factor if node in realize}
+    # a second pass in dependency order: a node's sources are decided before it, so work and
+    # has_reduce only count what would really be recomputed with it
     for node in order:
-        recomputed = [s for s in node.src if s not in realize and s.op not in boundaries]
+        recomputed = recomputed_sources(node)
+        if node.op is Ops.REDUCE_AXIS and _nests_a_reduce(node, has_reduce, realize, boundaries, work):
+            recomputed = recomputed_sources(node)
         has_reduce[node] = node.op is Ops.REDUCE_AXIS or any(has_reduce[s] for s in recomputed)
-        # stored only so an expand doesn't repeat a reduce, but the reduce it came from is now
-        # stored itself (decided above): recomputing this value is cheap again, if it is a few ops
-        # (SGD's lr*grad); a longer chain (BatchNorm's rsqrt(var + eps) * weight) would be redone for
-        # every element of the expand (MNIST step 300 -> 430 ms), so it stays stored
-        alu_work[node] = min(1 << 20, sum(alu_work[s] for s in recomputed) + (node.op in GroupOp.ALU))
-        if node in stored_for_expand and not has_reduce[node] and alu_work[node] <= 4: realize.discard(node)
+        work[node] = _work_of(node, recomputed, work)
+        # stored for an expand, but a source it recomputed is now stored itself (a reduce used
+        # twice, a value another expand stored): recompute it again if that is cheaper now
+        # (SGD's lr * grad over a small batch; BatchNorm's rsqrt(var + eps) * weight stays stored)
+        if node in stored_for_expand and not has_reduce[node] and not _store_for_repeats(node, work[node], expand_factor[node]):
+            realize.discard(node)
         if node.op in GroupOp.Movement or node.op in boundaries or node in realize: continue
-        if not has_reduce[node] and alu_work[node] <= 2: continue
+        # a computed value read through several different views (x and x.flip(0), x and x.shrink(...))
+        # would be recomputed once per view, and chains of such reads (sort networks, scans, their
+        # gradients) grow exponentially: store it once instead (a value of at most two simple ops,
+        # x + 1 or -x, is always recomputed)
+        if not has_reduce[node] and work[node] <= 2: continue
         views, users, stack = set(), set(), [(c, ()) for c in set(consumers.get(node, []))]
         while stack and (len(views) < 2 or len(users) < 2):
             consumer, chain = stack.pop()
@@ -130,6 +197,19 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
         if (len(views) >= 2 and any(views)) or (has_reduce[node] and len(_fused_users(node, consumers, realize)) >= 2):
             realize.add(node)
     return [node for node in order if node in realize]
+
+def _nests_a_reduce(node: UOp, has_reduce: dict[UOp, bool], realize: set[UOp], boundaries: tuple, work: dict[UOp, float]) -> bool:
+    """A reduce whose input computes another reduce (an elementwise tail after a matmul, summed)
+    would run that reduce's loop inside its own. The optimizer tiles and vectorizes one reduce per
+    loop nest, so the inner loop runs at a fraction of its speed: counted as doing its work twice,
+    the input is stored when that costs more than storing it (``store_is_cheaper``), which keeps
+    tiny nests (a few thousand ops) in one kernel. Returns whether it stored the input."""
+    value = node.src[0]
+    while value.op in GroupOp.Movement and value.op is not Ops.EXPAND: value = value.src[0]
+    if value.op in boundaries or value in realize or value.op in GroupOp.Movement or not has_reduce.get(value): return False
+    if not _store_for_repeats(value, work[value], 2): return False
+    realize.add(value)
+    return True
 
 def _fused_users(node: UOp, consumers: dict[UOp, list[UOp]], realize: set[UOp]) -> set[UOp]:
     """Where ``node``'s value leaves elementwise code: the reduces and stored values reached through
@@ -178,6 +258,20 @@ def _kernel_work(points: list[UOp]) -> dict[UOp, frozenset[UOp]]:
         inner[x] = found | {x} if x.op is Ops.REDUCE_AXIS else found
     return {p: inner[p] for p in points}
 
+def _reads_two_states(a: set[UOp], b: set[UOp]) -> bool:
+    """Do two kernels' reads (see _kernel_work) see one buffer in different states (as it was, and
+    as an assign of this schedule left it)? Then they must stay separate kernels."""
+    def states(work: set[UOp]) -> dict[UOp, UOp]:
+        found = {}
+        for x in work:
+            if x.op not in (Ops.BUFFER, Ops.ASSIGN): continue
+            buffer = x
+            while buffer.op is not Ops.BUFFER and buffer.src: buffer = buffer.src[0]
+            found[buffer] = x
+        return found
+    first = states(a)
+    return any(first.get(buffer, state) is not state for buffer, state in states(b).items())
+
 def _shares_work(a: set[UOp], b: set[UOp]) -> bool:
     """Do two kernels read a common input or compute a common reduce? Only then does putting
     them in one kernel save memory traffic."""
@@ -191,6 +285,7 @@ def group_kernels(points: list[UOp]) -> list[list[UOp]]:
     units: list[list[UOp]] = []
     open_groups: dict[tuple, list[UOp]] = {}
     work = _kernel_work(points)
+    assigning = any(p.op is Ops.ASSIGN for p in points)
     for node in points:
         needs = node.toposort
         simple = node.op not in (Ops.COPY, Ops.ASSIGN) and all(isinstance(s, int) for s in node.shape)
@@ -207,8 +302,10 @@ def group_kernels(points: list[UOp]) -> list[list[UOp]]:
             units.append([node])
             continue
         group = open_groups.get(key)
-        if group is not None and not any(member in needs or _shares_work(work[node], work[member]) for member in group):
-            # unrelated work gains nothing from sharing loops and would keep buffers alive longer
+        if group is not None and (not any(member in needs or _shares_work(work[node], work[member]) for member in group)
+                                  or (assigning and any(_reads_two_states(work[node], work[member]) for member in group))):
+            # unrelated work gains nothing from sharing loops and would keep buffers alive longer (and one
+            # kernel can't read a buffer both before and after an assign to it)
             units.append(group)
             del open_groups[key]
         open_groups.setdefault(key, []).append(node)
@@ -240,6 +337,9 @@ SCHEDULE_CACHE_SIZE = 256
 def _structure_key(roots: list[UOp]) -> tuple[tuple, list[UOp]]:
     """A key equal for graphs that differ only in which buffers they read (and the toposort that
     the key's positions refer to)."""
+    # each root's own walk is cached on it first: the sink's walk reuses it, and so does the autograd
+    # bookkeeping after the schedule (gradient.record_origins walks the realized roots again)
+    for root in roots: root.toposort
     order = list(UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort)
     position = {u: i for i, u in enumerate(order)}
     key = tuple((u.op, u.dtype, (u.arg[1], u.arg[2]) if u.op is Ops.BUFFER else u.arg, tuple(position[s] for s in u.src))
@@ -300,12 +400,15 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     Graphs with the same structure (differing only in the buffers they read) reuse a cached
     schedule: this is what makes repeating the same computation on new data cheap."""
     from fusegrad.schedule.multi import has_multi, schedule_multi
-    # multi-device tensors first become one single-device graph per shard (schedule/multi.py)
-    if has_multi(roots): return schedule_multi(roots, create_schedule)
     key, order = _structure_key(roots)
+    # (a cached key is never a multi-device graph: those are split before they are cached, and the key
+    # holds every op and device, so the hit can skip the has_multi walk; this path is eager dispatch)
     if (template := SCHEDULE_CACHE.get(key)) is not None:
+        if not PROFILE: return _from_template(template, order)
         from fusegrad.viz.profile import span
         with span("schedule (cached)", "schedule", roots=len(roots)): return _from_template(template, order)
+    # multi-device tensors first become one single-device graph per shard (schedule/multi.py)
+    if has_multi(roots): return schedule_multi(roots, create_schedule)
     # lowering a kernel recurses along the graph: make room for long lazy chains
     import sys
     limit = sys.getrecursionlimit()
@@ -325,8 +428,13 @@ def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UO
     simplified = list(simplify_memo[sink].src)
     # a root that is (a view of) an assign's result which a later assign in this schedule writes
     # over must keep that value: it gets a copy (``b = a`` between two assigns to ``a``)
+    # (a root that is only movement ops of the assign, `v = a[1:5]`, is a view: it aliases the buffer
+    # and reads what the last write left, as in tinygrad). Likewise arithmetic that folds away
+    # (`a * 1`, `a + 0`) is a value, not a view: it gets its own buffer, so a later write to `a`
+    # doesn't change it (tinygrad copies too)
     overwritten = {assign_target(n).base for n in simplify_memo[sink].toposort if n.op is Ops.ASSIGN}
-    simplified = [UOp(Ops.CONTIGUOUS, r.dtype, (r,)) if r.base in overwritten and r.base.op is Ops.ASSIGN else r for r in simplified]
+    simplified = [UOp(Ops.CONTIGUOUS, r.dtype, (r,)) if (r.base in overwritten and r.base.op is Ops.ASSIGN and not _is_alias(o))
+                  or (_is_view_of_buffer(r) and _folded_arithmetic(o)) else r for o, r in zip(roots, simplified)]
     becomes: dict[UOp, UOp] = {r: s for r, s in zip(roots, simplified) if r is not s}
     points = find_realize_points(simplified)
     realized: dict[UOp, UOp] = {}
@@ -387,36 +495,57 @@ def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UO
     for original, rewritten in simplify_memo.items():
         if original is not rewritten and rewritten in node_map: becomes.setdefault(original, node_map[rewritten])
     realized = {**realized, **{o: realized[r] for o, r in simplify_memo.items() if o is not r and r in realized}}
-    after = [(reader, writer) for a, writers in overwriter.items() for writer in writers for reader in readers_of.get(a, ()) if reader != writer]
-    after += [(assign_item[a], reader) for a, readers in readers_of.items() if a in assign_item for reader in readers]
-    items = order_for_memory(items, {realized[r] for r in simplified if r in realized}, after)
+    _check_one_state_per_buffer(items, readers_of, assign_item, realized)
+    war = [(reader, writer) for a, writers in overwriter.items() for writer in writers for reader in readers_of.get(a, ()) if reader != writer]
+    after = [(assign_item[a], reader) for a, readers in readers_of.items() if a in assign_item for reader in readers]
+    items = order_for_memory(items, {realized[r] for r in simplified if r in realized}, after, war)
     if DEBUG >= 1 and len(items) >= 10: print(f"scheduled {len(items)} kernels")
     return items, becomes, realized
 
-def order_for_memory(items: list[ScheduleItem], kept: set[UOp] = frozenset(), before: list[tuple[int, int]] = ()) -> list[ScheduleItem]:
+def _check_one_state_per_buffer(items: list[ScheduleItem], readers_of: dict[UOp, set[int]], assign_item: dict[UOp, int],
+                                realized: dict[UOp, UOp]) -> None:
+    """One kernel can't read a buffer both as it was before an assign of this schedule and after it
+    (``a + old`` after ``old = a.detach(); a.assign(a + 1)``): no order of the kernels gives both.
+    That is a cycle (tinygrad raises too); the error names the kernel and the assign."""
+    states: dict[int, dict[UOp, set[UOp]]] = {}
+    for i, item in enumerate(items):
+        for b in item.raw_reads: states.setdefault(i, {}).setdefault(b, set()).add(b)
+    for a, readers in readers_of.items():
+        for i in readers:
+            if i != assign_item.get(a): states.setdefault(i, {}).setdefault(realized[a], set()).add(a)
+    for i, by_buffer in states.items():
+        for b, seen in by_buffer.items():
+            if len(seen) < 2: continue
+            later = max((a for a in seen if a in assign_item), key=assign_item.__getitem__)
+            raise RuntimeError(f"these assigns and reads form a cycle: {_describe(items[i])} reads buffer {b.arg[0]} both before and "
+                               f"after the {_describe(items[assign_item[later]])}; realize one of the reads before assigning")
+
+def order_for_memory(items: list[ScheduleItem], kept: set[UOp] = frozenset(), before: list[tuple[int, int]] = (),
+                     war: list[tuple[int, int]] = ()) -> list[ScheduleItem]:
     """Reorder kernels (keeping every dependency) so intermediates die early: among the kernels
     whose inputs are ready, run the one that frees the most bytes net of the new intermediates
     it allocates (``kept`` buffers outlive the schedule anyway), then the oldest.
 
     Dependencies: a kernel reading a buffer waits for its writer (for an assigned buffer, the
-    assign whose result it reads, given in ``before``); a kernel reading a
-    buffer's contents from *before* this schedule runs before every kernel that assigns to it
-    (so `b + a.sum()` built before `a.assign(...)` sees the old `a`); ``before`` holds more
-    (i, j) pairs: item i runs before item j. If these can't all hold, the reads and assigns form a
-    cycle and that is an error that names the kernels in it."""
+    assign whose result it reads, given in ``before``: (i, j) pairs, item i runs before item j).
+    Write-after-read (tinygrad's rule): a kernel reading a buffer's contents from *before* this
+    schedule runs before the kernels that assign to it (so `b + a.sum()` built before
+    `a.assign(...)` sees the old `a`), and a kernel reading an assign's result runs before the
+    assigns that overwrite it (``war`` pairs, reader first), unless the reader itself depends on
+    that write: then it reads the buffer as the write left it. If the dependencies can't all
+    hold, the reads and assigns form a cycle and that is an error that names the kernels in it."""
     assigners: dict[UOp, list[int]] = {}
     for i, item in enumerate(items):
         for b in item.assigns: assigners.setdefault(b, []).append(i)
     writer: dict[UOp, int] = {}
     readers: dict[UOp, set[int]] = {}
     deps: list[set[int]] = [set() for _ in items]
+    war = list(war)
     for i, item in enumerate(items):
         n_out = len(item.ast.src) if item.ast.op is Ops.SINK else 1
         outs, ins = item.buffer_uops[:n_out], item.buffer_uops[n_out:]
         for b in ins:
-            if b in item.raw_reads and b in assigners:
-                for j in assigners[b]:
-                    if j != i: deps[j].add(i)
+            if b in item.raw_reads and b in assigners: war.extend((i, j) for j in assigners[b] if j != i)
             elif b in writer and b not in assigners: deps[i].add(writer[b])   # assigned buffers: ``before`` orders their reads
         for b in outs:
             if b in writer: deps[i].add(writer[b])
@@ -424,6 +553,10 @@ def order_for_memory(items: list[ScheduleItem], kept: set[UOp] = frozenset(), be
         for b in outs: writer[b] = i
     for i, j in before: deps[j].add(i)
     for i in range(len(items)): deps[i].discard(i)
+    # what each item depends on through data (as bit sets): a write it depends on is no WAR hazard
+    ancestors = _ancestors(deps)
+    for reader, write in war:
+        if reader != write and not (ancestors[reader] >> write) & 1: deps[write].add(reader)
     remaining_reads = {b: len(r) for b, r in readers.items()}
     users: dict[int, list[int]] = {}
     for i, d in enumerate(deps):
@@ -454,6 +587,17 @@ def order_for_memory(items: list[ScheduleItem], kept: set[UOp] = frozenset(), be
                            "(it reads a buffer's contents that the next one overwrites, or needs its result); realize "
                            "some of the reads before assigning")
     return [items[i] for i in order]
+
+def _ancestors(deps: list[set[int]]) -> list[int]:
+    """For each item, the bit set of the items it depends on, directly or not. Data dependencies
+    point to earlier items (kernels are built sources first), so one pass in order suffices."""
+    result: list[int] = []
+    for i, d in enumerate(deps):
+        bits = 0
+        for j in d:
+            if j < i: bits |= result[j] | (1 << j)
+        result.append(bits)
+    return result
 
 def _find_cycle(deps: list[set[int]], stuck: set[int]) -> list[int]:
     """A cycle among the items that could never run: follow dependencies until one repeats."""

@@ -24,6 +24,7 @@ Forms that only exist before this pass (the front end builds them):
 [4, 6]
 """
 from __future__ import annotations
+from dataclasses import dataclass
 from typing import Callable
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import prod, getenv, RING
@@ -262,8 +263,8 @@ def _reshape_axis(old: tuple, new: tuple, axis: int, n: int) -> int:
     before = prod(old[:axis])
     for b in range(len(new)):
         if prod(new[:b]) == before and isinstance(new[b], int) and new[b] % n == 0 and new[b] != 0: return b
-    raise ValueError(f"can't reshape {old} to {tuple(new)} while it is split along axis {axis} over {n} devices: "
-                     f"the reshape would move elements between shards (reshard with .shard(devices, axis) first)")
+    raise RuntimeError(f"can't reshape {old} to {tuple(new)} while it is split along axis {axis} over {n} devices: "
+                       f"the reshape would move elements between shards (reshard with .shard(devices, axis) first)")
 
 def _push_reduce(x: UOp, m: UOp) -> UOp:
     """A reduce over other axes runs shard by shard; one over the split axis reduces each shard
@@ -274,10 +275,163 @@ def _push_reduce(x: UOp, m: UOp) -> UOp:
     return _multi(allreduce(op, list(partials.src)), None)
 
 def _push_assign(x: UOp, devices: tuple[str, ...]) -> UOp:
+    """A whole-tensor assign writes shard by shard; a view assign (movement ops in its arg) writes
+    on each shard only the part of the view that shard holds (see ``view_pieces``)."""
     target, value = x.src[0], x.src[1]
     if target.op is not Ops.MULTI: raise ValueError(f"can't assign a value on {devices} to a tensor on {target.device}")
+    if x.arg: return _push_view_assign(x, target, value)
     value = reshard(value, target.arg) if value.op is Ops.MULTI else shard_physical(value, devices, target.arg)
     return _multi([x.replace(src=(t, v) + x.src[2:]) for t, v in zip(target.src, value.src)], target.arg)
+
+# ---------------------------------------------------------------- view assigns on sharded tensors
+#
+# ``xs[1:3].assign(v)`` on a tensor split along axis a: each shard holds a range of a, so the view
+# is, shard by shard, a view of that shard's buffer (the same movement ops, with the split axis cut
+# to what the shard holds) and the matching range of the value. The split axis is followed through
+# the movement ops; a shard the view doesn't reach gets no kernel.
+
+@dataclass
+class ShardPiece:
+    """The part of a view that shard ``shard`` holds: ``chain`` (movement ops on the shard's buffer)
+    is that part, and ``bounds`` the range of the view's split axis it covers (None: the whole view)."""
+    shard: int
+    chain: list
+    bounds: tuple[int, int] | None
+
+def _moved_shape(shape: tuple, op: Ops, arg) -> tuple:
+    if op in (Ops.RESHAPE, Ops.EXPAND): return tuple(arg)
+    if op is Ops.PERMUTE: return tuple(shape[i] for i in arg)
+    if op is Ops.SHRINK: return tuple(e - b for b, e in arg)
+    if op is Ops.PAD: return tuple(s + b + e for s, (b, e) in zip(shape, arg))
+    return shape   # FLIP
+
+def view_pieces(shape: tuple, axis: int | None, n: int, chain: tuple) -> tuple[int | None, list[ShardPiece]] | None:
+    """Split the view ``chain`` (movement ops as (op, arg)) of a logical tensor of ``shape`` split along
+    ``axis`` over ``n`` shards into per-shard views. Returns (the view's split axis, the pieces of
+    the shards the view reaches); a view axis None means each piece covers the whole view (gated by a
+    pad). None when the view can't be written per shard (an expand, symbolic shapes): then the
+    caller rewrites the whole tensor."""
+    if axis is None: return None, [ShardPiece(i, list(chain), None) for i in range(n)]
+    if not all(isinstance(s, int) for s in shape): return None
+    pieces = [ShardPiece(i, [], b) for i, b in enumerate(shard_bounds(shape[axis], n))]
+    k = 0
+    while k < len(chain):
+        op, arg = chain[k]
+        new_shape = _moved_shape(shape, op, arg)
+        if op is Ops.EXPAND or not all(isinstance(s, int) for s in new_shape): return None
+        if op is Ops.RESHAPE and k + 1 < len(chain) and (taken := _step_pieces(shape, new_shape, axis, chain[k + 1], pieces)) is not None:
+            # a step slice of the split axis: the reshape to (count, step) and the shrink to one column
+            pieces, shape, k = taken, _moved_shape(new_shape, *chain[k + 1]), k + 2
+            continue
+        if op is Ops.RESHAPE:
+            if (moved := _reshape_pieces(shape, new_shape, axis, pieces)) is None: return None, _embed_pieces(shape, axis, pieces, chain[k:])
+            axis = moved   # _reshape_pieces extended the chains
+        elif op is Ops.SHRINK: pieces = _shrink_pieces(axis, arg, pieces)
+        else:
+            local_arg = arg
+            if op is Ops.PERMUTE: axis = arg.index(axis)
+            elif op is Ops.FLIP and arg[axis]:
+                for p in pieces: p.bounds = (shape[axis] - p.bounds[1], shape[axis] - p.bounds[0])
+            elif op is Ops.PAD:
+                local_arg = tuple((0, 0) if i == axis else b for i, b in enumerate(arg))
+                for p in pieces: p.bounds = (p.bounds[0] + arg[axis][0], p.bounds[1] + arg[axis][0])
+            for p in pieces: p.chain.append((op, local_arg))
+        shape, k = new_shape, k + 1
+    return axis, pieces
+
+def _shrink_pieces(axis: int, arg: tuple, pieces: list[ShardPiece]) -> list[ShardPiece]:
+    """A shrink: each piece keeps its overlap with the kept range of the split axis (pieces without one are dropped)."""
+    begin, end = arg[axis]
+    kept = []
+    for p in pieces:
+        lo, hi = max(p.bounds[0], begin), min(p.bounds[1], end)
+        if lo >= hi: continue
+        p.chain.append((Ops.SHRINK, tuple((lo - p.bounds[0], hi - p.bounds[0]) if i == axis else b for i, b in enumerate(arg))))
+        p.bounds = (lo - begin, hi - begin)
+        kept.append(p)
+    return kept
+
+def _embed_pieces(shape: tuple, axis: int, pieces: list[ShardPiece], rest: tuple) -> list[ShardPiece]:
+    """A movement op that mixes the split axis with others (a reshape across it): each piece pads its
+    part back to the whole axis and takes the ``rest`` of the view as it is. Its kernel covers the
+    whole view and stores only where the padding isn't (a gated store)."""
+    for p in pieces:
+        p.chain.append((Ops.PAD, tuple((p.bounds[0], shape[axis] - p.bounds[1]) if i == axis else (0, 0) for i in range(len(shape)))))
+        p.chain.extend(rest)
+        p.bounds = None
+    return pieces
+
+def _reshape_pieces(old: tuple, new: tuple, axis: int, pieces: list[ShardPiece]) -> int | None:
+    """Follow the split axis through a reshape: it lands on the new axis b that starts the same
+    block of elements (prod(new[:b]) == prod(old[:axis])), if every piece's range of the block,
+    [start * inner, end * inner), is a whole range of rows of b. Appends the local reshapes."""
+    before, inner = prod(old[:axis]), prod(old[axis + 1:])
+    for b in range(len(new)):
+        if prod(new[:b]) != before: continue
+        new_inner = prod(new[b + 1:])
+        if new_inner == 0 or any((p.bounds[0] * inner) % new_inner or (p.bounds[1] * inner) % new_inner for p in pieces): continue
+        for p in pieces:
+            start, end = p.bounds[0] * inner // new_inner, p.bounds[1] * inner // new_inner
+            p.chain.append((Ops.RESHAPE, tuple(end - start if i == b else s for i, s in enumerate(new))))
+            p.bounds = (start, end)
+        return b
+    return None
+
+def _step_pieces(old: tuple, new: tuple, axis: int, shrink: tuple, pieces: list[ShardPiece]) -> list[ShardPiece] | None:
+    """Every step-th element of the split axis: a reshape of it to (count, step) followed by a shrink
+    to column j, i.e. elements j, j + step, ... Each piece keeps the rows it holds (a local pad,
+    shrink, reshape and shrink of its part); pieces with none are dropped. None if the two ops are
+    not that pattern, or the pieces already line up with the rows (the plain reshape rule does)."""
+    op, arg = shrink
+    if op is not Ops.SHRINK or len(new) != len(old) + 1 or new[:axis] != old[:axis] or new[axis + 2:] != old[axis + 1:]: return None
+    count, step = new[axis], new[axis + 1]
+    if count * step != old[axis] or all(p.bounds[0] % step == 0 and p.bounds[1] % step == 0 for p in pieces): return None
+    j = arg[axis + 1][0]
+    if arg[axis + 1] != (j, j + 1) or arg[axis] != (0, count): return None
+    kept = []
+    for p in pieces:
+        s, e = p.bounds
+        first, end = -(-(s - j) // step), -(-(e - j) // step)       # rows r with s <= r*step + j < e
+        if first >= end: continue
+        rows, start = end - first, first * step + j - s                # local position of the first row
+        local = e - s
+        grow = max(0, start + rows * step - local)
+        p.chain += [(Ops.PAD, tuple((0, grow) if i == axis else (0, 0) for i in range(len(old)))),
+                    (Ops.SHRINK, tuple((start, start + rows * step) if i == axis else (0, sz) for i, sz in enumerate(old))),
+                    (Ops.RESHAPE, new[:axis] + (rows, step) + new[axis + 2:]),
+                    (Ops.SHRINK, tuple((0, rows) if i == axis else b for i, b in enumerate(arg)))]
+        p.bounds = (first, end)
+        kept.append(p)
+    return kept
+
+def _value_part(value: UOp, axis: int | None, bounds: tuple[int, int] | None, device: str) -> UOp:
+    """The range ``bounds`` of ``value``'s ``axis`` (None: all of it) on ``device``, copying in only
+    the shards of a split value that overlap the range."""
+    def cut(u: UOp, lo: int, hi: int) -> UOp:
+        return u if (lo, hi) == (0, u.shape[axis]) else u.shrink(_along(u.shape, axis, (lo, hi)))
+    if value.op is not Ops.MULTI: return copy_to(value if bounds is None else cut(value, *bounds), device)
+    if value.arg is None:
+        local = next((s for s in value.src if s.device == device), value.src[0])
+        return copy_to(local if bounds is None else cut(local, *bounds), device)
+    if bounds is None: return gather(value, device)
+    if value.arg != axis: return gather(_multi([cut(s, *bounds) for s in value.src], value.arg), device)
+    parts = []
+    for s, (lo, hi) in zip(value.src, shard_bounds(value.shape[axis], len(value.src))):
+        if max(lo, bounds[0]) < min(hi, bounds[1]):
+            parts.append(copy_to(cut(s, max(lo, bounds[0]) - lo, min(hi, bounds[1]) - lo), device))
+    return parts[0] if len(parts) == 1 else _concat(parts, axis)
+
+def _push_view_assign(x: UOp, target: UOp, value: UOp) -> UOp:
+    """A view assign on a sharded target (a view ``view_pieces`` can split: the front end checked)."""
+    split = view_pieces(target.shape, target.arg, len(target.src), x.arg)
+    assert split is not None, "a view assign that can't be split per shard is rewritten whole by the front end"
+    view_axis, pieces = split
+    shards = list(target.src)
+    for p in pieces:
+        shard = shards[p.shard]
+        part = _value_part(value, view_axis, p.bounds, shard.device)
+        shards[p.shard] = UOp(Ops.ASSIGN, x.dtype, (shard, part), tuple(p.chain) or None)
+    return _multi(shards, target.arg)
 
 pm_multi = PatternMatcher([(UPat(name="x"), _push)])
 

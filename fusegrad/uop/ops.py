@@ -252,8 +252,10 @@ class UOp(metaclass=UOpMetaClass):
     def __xor__(self, x): return self._binop(Ops.XOR, x, False)
     def __lshift__(self, x): return self._binop(Ops.SHL, x, False)
     def __rshift__(self, x): return self._binop(Ops.SHR, x, False)
-    def __hash__(self) -> int: return id(self)
-    def __eq__(self, other: object) -> bool: return self is other
+    # equality is identity (UOps are interned) and the hash is object's own: both stay in C, which
+    # matters because every graph walk hashes each node several times
+    __hash__ = object.__hash__
+    __eq__ = object.__eq__
     def __bool__(self) -> bool:
         decided = resolve_bool(self)
         if decided is None: raise ValueError(f"symbolic condition {self.render()} can't be decided")

@@ -153,7 +153,7 @@ def test_heuristic_register_tile_shapes():
 def test_heuristic_unrolls_the_reduce_axis_that_fills_vectors():
     # reduce axes 64 and 6: lanes of partial sums on the 64 (6 makes no vector), as in BatchNorm's
     # gradient over (batch, 6, 6)
-    x = Tensor.ones(4, 64, 6).contiguous().realize()
+    x = Tensor.ones(4, 64, 6, device="CPU").contiguous().realize()   # (CPU opts: on the CPU whatever DEV says)
     item = x.sum((1, 2)).schedule()[-1]
     assert Opt(OptOps.UNROLL, 1, 16) in _opts_on(item.ast, "CPU")
     np.testing.assert_allclose(_run(item, _opts_on(item.ast, "CPU"), "CPU"), np.full(4, 384.0))
@@ -161,7 +161,7 @@ def test_heuristic_unrolls_the_reduce_axis_that_fills_vectors():
 def test_heuristic_pads_a_short_pooling_row_to_a_vector():
     # a 2x2 max-pool of 20-wide rows has 10 output columns and no tile rows: pad them to one 16-lane
     # vector (masked lanes) so the max runs as vector selects rather than branches
-    x = Tensor(np.random.default_rng(2).standard_normal((4, 8, 20, 20)).astype(np.float32)).realize()
+    x = Tensor(np.random.default_rng(2).standard_normal((4, 8, 20, 20)).astype(np.float32), device="CPU").realize()
     item = (x * 2).max_pool2d().schedule()[-1]
     opts = _opts_on(item.ast, "CPU")
     assert opts[:2] == [Opt(P, 3, 16), Opt(U, 3, 16)], opts
@@ -173,8 +173,8 @@ def test_heuristic_reads_rows_for_column_reductions():
     # v @ A and A.sum(0) reduce down A's columns: 64 outputs at a time read each row contiguously;
     # A @ v reduces along A's rows: partial-sum lanes along the (contiguous) reduce instead
     rng = np.random.default_rng(4)
-    a = Tensor(rng.standard_normal((128, 256)).astype(np.float32)).realize()
-    v, w = Tensor(rng.standard_normal(128).astype(np.float32)).realize(), Tensor(rng.standard_normal(256).astype(np.float32)).realize()
+    a = Tensor(rng.standard_normal((128, 256)).astype(np.float32), device="CPU").realize()
+    v, w = [Tensor(rng.standard_normal(n).astype(np.float32), device="CPU").realize() for n in (128, 256)]
     for out, expected in [(v @ a, v.numpy() @ a.numpy()), (a.sum(0), a.numpy().sum(0))]:
         item = out.schedule()[-1]
         assert _opts_on(item.ast, "CPU")[0] == Opt(OptOps.UPCAST, 0, 64)
@@ -584,3 +584,21 @@ def test_group_in_a_multi_output_kernel():
         CompiledRunner(get_program(item.ast, Device["PYTHON"].renderer, opts))(item.bufs, {})
         np.testing.assert_allclose(item.bufs[0].numpy(), x.numpy().sum(1), rtol=1e-5, atol=1e-5, err_msg=str(opts))
         np.testing.assert_allclose(item.bufs[1].numpy(), x.numpy().max(1), err_msg=str(opts))
+
+def test_heuristic_dot_product_tile_puts_the_longer_axis_outside():
+    # x @ w.T with w (out, in) as nn.Linear stores it: both inputs run along the reduce, so a dot-product tile
+    # (4 x 4 outputs, 16 partial-sum lanes). The weight's axis (3072) is longer than x's rows (128): its loop goes
+    # outside, so each 4-row piece of the 9.4 MB weight is read once and x streams from cache
+    x, w = Tensor.ones(128, 768).contiguous().realize(), Tensor.ones(3072, 768).contiguous().realize()
+    item = (x @ w.T).schedule()[-1]
+    opts = _opts_on(item.ast, "CPU")
+    assert opts[:4] == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 2, 16), Opt(OptOps.SWAP, 0, 1)], opts
+    # the other way round (more rows than weight rows) keeps the row loop outside
+    assert not any(o.op is OptOps.SWAP for o in _opts_on((w @ x.T).schedule()[-1].ast, "CPU"))
+    # and the swapped tile computes the product
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((64, 48)).astype(np.float32), rng.standard_normal((256, 48)).astype(np.float32)
+    item = _kernel(lambda device: Tensor(a, device=device).realize() @ Tensor(b, device=device).realize().T, "CPU")
+    opts = _opts_on(item.ast, "CPU")
+    assert Opt(OptOps.SWAP, 0, 1) in opts, opts
+    np.testing.assert_allclose(_run(item, opts, "CPU").reshape(64, 256), a @ b.T, rtol=1e-4, atol=1e-4)

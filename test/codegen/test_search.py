@@ -1,4 +1,5 @@
 """BEAM search: finds opts that compute the right thing, and a second search hits the disk cache."""
+import re
 import numpy as np
 from fusegrad import Tensor, Device, Context
 from fusegrad.codegen.opt import Opt
@@ -33,3 +34,19 @@ def test_search_times_a_shrunk_kernel_and_returns_opts_for_the_real_one():
     # a kernel too small to shrink is searched as it is
     small = (a[:100] @ b).schedule()[-1].ast
     assert _shrunk(small) is small
+
+def test_search_shows_a_progress_bar_on_a_terminal_only(monkeypatch, capsys):
+    import sys
+    from fusegrad.codegen.opt import search
+    a = Tensor(np.random.default_rng(4).standard_normal((16, 16)).astype(np.float32)).realize()
+    ast = (a @ a).schedule()[-1].ast
+    renderer = Device["CPU"].renderer
+    monkeypatch.setattr(search, "BEAM_BAR_DELAY", 0.0)
+    with Context(IGNORE_BEAM_CACHE=1):
+        beam_search(ast, renderer, 2)
+        assert capsys.readouterr().err == ""             # stderr isn't a terminal under pytest: silent
+        monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+        beam_search(ast, renderer, 2)
+    drawn = capsys.readouterr().err.split("\r")
+    assert any(re.match(r"BEAM r_16_16_16 best [\d.]+ us: [1-9]\d* kernels \[", line) for line in drawn), drawn[:4]
+    assert drawn[-1] == "" and drawn[-2].strip() == ""   # erased when done (no ANSI codes)

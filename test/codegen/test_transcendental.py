@@ -170,6 +170,23 @@ def test_sin_float32_near_multiples_of_pi_over_2():
     x = np.concatenate([x0, np.nextafter(x0, np.float32(np.inf)), np.nextafter(x0, np.float32(-np.inf))])
     assert max_ulp(Ops.SIN, dtypes.float32, np.concatenate([x, -x])) <= MAX_ULP[dtypes.float32]
 
+def test_sin_float32_around_the_reduction_switch(rng):
+    # up to pi/4 x is used as is, above it Payne-Hanek reduces |x|: the floats on both sides of the
+    # switch, and the small magnitudes Payne-Hanek handles (its window reaches down to 2**-16)
+    pio4 = np.float32(np.pi / 4)
+    steps = np.arange(-3000, 3000).astype(np.float32)
+    x = np.concatenate([pio4 + steps * np.spacing(pio4), np.float32(np.pi / 2) + steps * np.spacing(np.float32(np.pi / 2)),
+                        np.exp2(rng.uniform(-20, 2, N // 10)).astype(np.float32)])
+    assert max_ulp(Ops.SIN, dtypes.float32, np.concatenate([x, -x])) <= MAX_ULP[dtypes.float32]
+
+def test_sin_float32_has_one_range_reduction():
+    """Every lane runs the whole graph (no branches), so its size is the cost: one reduction (Payne-Hanek
+    from pi/4 on), not Cody-Waite for the usual range plus Payne-Hanek for huge x (320 uops, 2.3x the
+    time of Cody-Waite alone)."""
+    x = UOp(Ops.DEFINE_VAR, dtypes.float32, arg=("x", 0, 1))
+    graph = xsin(x)
+    assert sum(u.op is not Ops.CONST for u in graph.toposort) < 240
+
 def test_sin_float64_near_multiples_of_pi_over_2():
     # doubles next to k*pi/2 from a three-part pi/2 (exact enough to land on the nearest double)
     p1, p2 = 1.5707963267948966, 6.123233995736766e-17

@@ -10,8 +10,8 @@ of zero.
 Bounds (float32 ulps) and why:
 - 1: exp2, log2 (polynomials accurate to < 1 ulp, see codegen/transcendental.py), exp (the EXP2(x *
   log2 e) that Tensor.exp builds is computed as e**x by codegen, CPU and PYTHON alike), sqrt, reciprocal
-  (correctly rounded), sin and cos (one exact range reduction for every finite float32: Cody-Waite
-  below 2**16, Payne-Hanek above; measured <= 0.8 ulp).
+  (correctly rounded), sin and cos (one exact range reduction for every finite float32: none up to
+  pi/4, Payne-Hanek above; measured <= 0.82 ulp).
 - 2: log, log10 (log2 times a rounded constant), rsqrt (two roundings).
 - 3: tan (sin/cos: two ~0.8 ulp values and a division, measured 2.05), ops composed of a few rounded
   steps: tanh, asin, acos, atan, erf, softsign, asinh/acosh/atanh (log1p of an argument built from

@@ -339,6 +339,39 @@ def test_jit2_replays_kernel_by_kernel(rng):
         jitted(Tensor(x_np))
         assert GlobalCounters.kernel_count == 2
 
+def test_jit2_replay_counts_what_an_unjitted_call_counts(rng):
+    """JIT=2 adds a replay's kernels, ops and bytes to GlobalCounters once per call (not per kernel):
+    the totals must equal those of running the same function without the JIT."""
+    def fn(x): return ((x * 2).exp().sum(1) + 1).realize(), (x @ x).relu().realize()
+    x_np = rng.standard_normal((16, 16)).astype(np.float32)
+    fn(Tensor(x_np))
+    GlobalCounters.reset()
+    fn(Tensor(x_np).realize())
+    expected = (GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem)
+    with Context(JIT=2):
+        jitted = TinyJit(fn)
+        for _ in range(3): jitted(Tensor(x_np).realize())
+        for _ in range(2):   # the counts are worked out once and reused: the second replay adds the same again
+            GlobalCounters.reset()
+            a, b = jitted(Tensor(x_np).realize())
+            assert (GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem) == expected
+    np.testing.assert_allclose(a.numpy(), np.exp(x_np * 2).sum(1) + 1, rtol=1e-5)
+    np.testing.assert_allclose(b.numpy(), np.maximum(x_np @ x_np, 0), rtol=1e-4, atol=1e-4)
+
+def test_input_checks_are_redone_when_an_input_changes():
+    """A replay skips re-checking an input whose UOp is the one it checked last call; any other
+    input, even after many replays of the same tensor, is checked again."""
+    @TinyJit
+    def fn(a): return (a + 1).realize()
+    base = Tensor.arange(12).float().contiguous().realize()
+    same = base[2:6]
+    for _ in range(5): np.testing.assert_array_equal(fn(same).numpy(), np.arange(2, 6) + 1)
+    with pytest.raises(JitError, match="view"): fn(base[2:6].contiguous())
+    with pytest.raises(JitError, match="args mismatch"): fn(Tensor.ones(5))
+    np.testing.assert_array_equal(fn(same).numpy(), np.arange(2, 6) + 1)
+    other = (Tensor.arange(12).float() * 2).contiguous().realize()
+    np.testing.assert_array_equal(fn(other[2:6]).numpy(), np.arange(2, 6) * 2 + 1)
+
 def test_pickled_jit_runs_in_another_process(tmp_path, rng):
     import pickle, subprocess, sys, pathlib
     w_np = rng.standard_normal((6, 3)).astype(np.float32)

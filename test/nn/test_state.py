@@ -1,7 +1,7 @@
 """Checkpoint formats and state dicts: safetensors, torch .pt (zip, legacy, tar), GGUF (with quantized blocks
 written by a reference numpy quantizer in this file), tar/zip archives, TensorIO, get/load_state_dict."""
 from __future__ import annotations
-import collections, io, json, os, pickle, struct, tarfile, warnings, zipfile
+import collections, io, json, os, pickle, re, struct, tarfile, warnings, zipfile
 from typing import NamedTuple
 import numpy as np
 import pytest
@@ -446,6 +446,37 @@ def test_load_state_dict_consume_and_torch(tmp_path):
     load_state_dict(m, state, verbose=False, consume=True)
     assert state == {}
     for k, t in get_state_dict(m).items(): np.testing.assert_array_equal(t.numpy(), sd[k].numpy())
+
+def _many_tensors(count: int) -> dict[str, Tensor]:
+    return {f"w{i}": Tensor(np.full((4,), i, np.float32)) for i in range(count)}
+
+def test_load_progress_bar_only_on_a_terminal(tmp_path, monkeypatch, capsys):
+    from fusegrad.nn import state as state_module
+    path = tmp_path / "many.safetensors"
+    safe_save(_many_tensors(state_module.LOAD_BAR_MANY_TENSORS), path)
+    model = {k: Tensor.empty(4) for k in _many_tensors(state_module.LOAD_BAR_MANY_TENSORS)}
+    load_state_dict(model, safe_load(path))
+    assert capsys.readouterr().err == ""                    # a pipe (pytest): no bar, even with verbose=True
+    state = safe_load(path)
+    monkeypatch.setattr(state_module.sys.stderr, "isatty", lambda: True)
+    load_state_dict(model, state, verbose=False)
+    assert capsys.readouterr().err == ""                    # verbose=False (and DEBUG=0): no bar
+    loaded = load_state_dict(model, safe_load(path))
+    captured = capsys.readouterr()
+    assert "loaded weights in" in captured.out               # tinygrad's verbose line
+    final = captured.err.rstrip("\n").rsplit("\r", 1)[-1]
+    assert re.search(rf"\b{len(model)}/{len(model)}\b", final) and "ram used" in final and "\x1b" not in captured.err
+    assert "safe_load" in captured.err                        # the file's bar ran too (many tensors) and was erased
+    np.testing.assert_equal(loaded[7].numpy(), np.full((4,), 7, np.float32))
+
+def test_small_quick_load_shows_no_bar(tmp_path, monkeypatch, capsys):
+    from fusegrad.nn import state as state_module
+    monkeypatch.setattr(state_module.sys.stderr, "isatty", lambda: True)
+    monkeypatch.setattr(state_module, "LOAD_BAR_DELAY", 3600.0)
+    path = tmp_path / "few.safetensors"
+    safe_save(_many_tensors(3), path)
+    load_state_dict({k: Tensor.empty(4) for k in _many_tensors(3)}, safe_load(path))
+    assert capsys.readouterr().err == ""
 
 # ================================================================ GGUF
 

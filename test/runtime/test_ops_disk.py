@@ -57,7 +57,7 @@ def test_bitcast_changing_itemsize_is_a_view(data_file):
     # and back to bytes
     back = disk_view(as_u32, dtype=dtypes.uint8)
     np.testing.assert_array_equal(back.to("CPU").numpy(), payload[16:32])
-    with pytest.raises(ValueError, match="doesn't divide"):
+    with pytest.raises(RuntimeError, match="doesn't divide"):   # tinygrad's type for a bitcast that doesn't fit
         disk_view(t[0:6], dtype=dtypes.uint32)
 
 def test_reads_see_the_file_at_read_time(data_file):
@@ -246,3 +246,22 @@ def test_assign_of_a_pending_copy_to_disk_is_seen_by_later_reads(tmp_path):
     reopened = Tensor.empty(4, dtype=dtypes.float32, device=f"disk:{path}")
     assert reopened.to("CPU").tolist() == [1.0, 3.0, 3.0, 4.0]
     assert np.frombuffer(path.read_bytes(), np.float32).tolist() == [1.0, 3.0, 3.0, 4.0]
+
+def test_reads_after_a_pending_copy_to_disk_see_the_copy(tmp_path):
+    # x.to("disk:...") is lazy; reading the DISK tensor (whole, a slice, a bitcast) writes the file first
+    values = np.arange(6, dtype=np.float32) * 2
+    t = (Tensor(np.arange(6, dtype=np.float32)) * 2).to(f"disk:{tmp_path / 'a.bin'}")
+    np.testing.assert_array_equal(t[2:4].to("CPU").numpy(), values[2:4])
+    np.testing.assert_array_equal(t.to("CPU").numpy(), values)
+    assert (tmp_path / "a.bin").read_bytes() == values.tobytes()
+    u = Tensor(np.arange(4, dtype=np.float32)).to(f"disk:{tmp_path / 'b.bin'}")
+    np.testing.assert_array_equal(u.bitcast(dtypes.uint8)[4:8].to("CPU").numpy(), np.array([1.0], np.float32).view(np.uint8))
+    w = Tensor(np.arange(4, dtype=np.float32)).to(f"disk:{tmp_path / 'c.bin'}")
+    w[1:3] = Tensor([9.0, 9.0])                  # a write after the pending copy lands on top of it
+    np.testing.assert_array_equal(w.to("CPU").numpy(), [0.0, 9.0, 9.0, 3.0])
+
+def test_bitcast_to_a_size_that_doesnt_divide_raises(tmp_path):
+    # tinygrad raises a RuntimeError ("unsupported size in bitcast")
+    with pytest.raises(RuntimeError, match="doesn't divide"): Tensor([1, 2, 3], dtype=dtypes.uint8).bitcast(dtypes.uint16)
+    t = Tensor.empty(3, dtype=dtypes.uint8, device=f"disk:{tmp_path / 'odd.bin'}")
+    with pytest.raises(RuntimeError, match="doesn't divide"): t.bitcast(dtypes.uint16)

@@ -6,6 +6,7 @@ from fusegrad import Tensor, Context, nn
 from fusegrad.nn.optim import SGD
 from fusegrad.nn.state import get_parameters
 from fusegrad.viz import trace, profile, server
+from fusegrad.helpers import ansistrip
 
 def _training_step() -> None:
     """One SGD step of a tiny MLP: forward, backward and update kernels."""
@@ -74,6 +75,58 @@ def test_profile_trace_has_schedule_compile_and_kernel_spans(recorded, tmp_path)
     assert launched and launched <= kernel_names
     tracks = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
     assert {"python", "CPU"} <= tracks
+
+def _jitted_training_step():
+    """A TinyJit'd SGD step of a tiny MLP, called three times (so it is captured and replayed)."""
+    from fusegrad import TinyJit
+    Tensor.manual_seed(0)
+    model = [nn.Linear(4, 8), nn.Linear(8, 2)]
+    optimizer = SGD(get_parameters(model), lr=0.1)
+    @TinyJit
+    @Tensor.train()
+    def step(x: Tensor) -> Tensor:
+        optimizer.zero_grad()
+        loss = x.sequential([model[0], Tensor.relu, model[1]]).sum().backward()
+        optimizer.step()
+        return loss.realize()
+    rng = np.random.default_rng(0)
+    for _ in range(3): step(Tensor(rng.standard_normal((5, 4), dtype=np.float32)))
+    return step, lambda: step(Tensor(rng.standard_normal((5, 4), dtype=np.float32)))
+
+def _kernel_spans(path: str) -> tuple[list[dict], list[dict]]:
+    events = [e for e in json.loads(pathlib.Path(path).read_text())["traceEvents"] if e["ph"] == "X"]
+    return [e for e in events if e["cat"] == "kernel"], [e for e in events if e["cat"] == "graph"]
+
+def test_profile_has_every_kernel_of_a_jit_graph(tmp_path):
+    step, call = _jitted_training_step()
+    graph = step.captured.graph
+    names = [ansistrip(item.prg.display_name).strip() for item in step.captured.jit_cache]
+    profile.clear()
+    call()
+    assert profile.events() == []                                # PROFILE off: nothing recorded...
+    assert graph is None or getattr(graph, "timed", None) is None   # ...and no timed graph built
+    with Context(PROFILE=1):
+        profile.clear()
+        call()
+        kernels, graphs = _kernel_spans(profile.write_trace(str(tmp_path / "jit.json")))
+    profile.clear()
+    assert [k["name"] for k in kernels] == names                  # every kernel of the graph, in order
+    assert all(k["dur"] >= 0 for k in kernels)
+    if graph is not None:   # the device graph ran them in one call: the kernels lie inside its span
+        (whole,) = graphs
+        assert str(len(names)) in whole["name"]
+        for k in kernels:   # (microseconds; 1e-3 of slack for float rounding of the timestamps)
+            assert whole["ts"] - 1e-3 <= k["ts"] and k["ts"] + k["dur"] <= whole["ts"] + whole["dur"] + 1e-3
+
+def test_profile_of_a_graph_that_cant_time_kernels_replays_them_one_by_one(tmp_path, monkeypatch):
+    step, call = _jitted_training_step()
+    if step.captured.graph is not None: monkeypatch.setattr(step.captured.graph, "profiles_kernels", False)
+    with Context(PROFILE=1):
+        profile.clear()
+        call()
+        kernels, graphs = _kernel_spans(profile.write_trace(str(tmp_path / "jit.json")))
+    profile.clear()
+    assert len(kernels) == len(step.captured.jit_cache) and graphs == []
 
 def test_profile_written_at_exit(tmp_path):
     path = tmp_path / "exit.json"

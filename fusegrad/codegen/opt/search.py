@@ -10,13 +10,17 @@ Candidates are timed on the kernel with its outermost loop shrunk to a few hundr
 second search of the same kernel costs nothing; ``IGNORE_BEAM_CACHE=1`` searches again.
 """
 from __future__ import annotations
-import functools, itertools, time
+import dataclasses, time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from fusegrad.helpers import DEBUG, IGNORE_BEAM_CACHE, content_hash, getenv
+from fusegrad.helpers import DEBUG, IGNORE_BEAM_CACHE, content_hash, getenv, tqdm
 from fusegrad.dtype import dtypes
 from fusegrad.uop.ops import UOp, Ops, AxisType, pretty_print
-from fusegrad.codegen.opt import Opt, OptOps, KernelOptError, apply_opt, kernel_axes, cpu_count, hand_coded_optimizations, _size
+from fusegrad.device import Device, Buffer, diskcache_get, diskcache_put
+from fusegrad.codegen.kernel import kernel_axes, range_size
+from fusegrad.codegen.opt.actions import Opt, OptOps, KernelOptError, apply_opt
+from fusegrad.codegen.opt.heuristic import cpu_count, hand_coded_optimizations
+from fusegrad.codegen.opt.tc import tensor_core_choices
 
 def candidate_actions(ast: UOp, renderer) -> list[Opt]:
     """Every action worth trying on this kernel (legality is checked when applying). Workgroup
@@ -28,8 +32,8 @@ def candidate_actions(ast: UOp, renderer) -> list[Opt]:
     actions += [Opt(OptOps.UNROLL, axis, amount) for axis in range(min(n_axes, 6)) for amount in (4, 8, 16)]
     actions += [Opt(OptOps.SWAP, axis, other) for axis in range(min(n_axes, 4)) for other in range(axis + 1, min(n_axes, 4))]
     actions += [Opt(OptOps.STAGE, axis) for axis in range(min(n_axes, 4))]
-    if getattr(renderer, "tensor_cores", None): actions += _tensor_core_actions(ast, renderer)
-    if getattr(renderer, "has_threads", False) and cpu_count() > 1: actions.append(Opt(OptOps.THREAD, 0, cpu_count()))
+    if renderer.tensor_cores: actions += _tensor_core_actions(ast, renderer)
+    if renderer.has_threads and cpu_count() > 1: actions.append(Opt(OptOps.THREAD, 0, cpu_count()))
     if renderer.has_local:
         actions += [Opt(OptOps.LOCAL, axis, amount) for axis in range(min(n_axes, 5)) for amount in (2, 3, 4, 8, 13, 16, 29, 32)]
         if renderer.has_shared:
@@ -43,30 +47,28 @@ def candidate_actions(ast: UOp, renderer) -> list[Opt]:
 def _tensor_core_actions(ast: UOp, renderer) -> list[Opt]:
     """TC on each of (at most 9) axis choices, with the lowest tc_opt that finds choices, and with tc_opt 2
     where an axis must be padded. (TC is legal only as a kernel's first action.)"""
-    from fusegrad.codegen.opt.tc import tensor_core_choices
     for tc_opt in (0, 1):
         if choices := tensor_core_choices(ast, renderer, tc_opt): break
     else: return []
     actions = [Opt(OptOps.TC, choice, tc_opt) for choice in range(min(len(choices), 9))]
     def divides(c) -> bool:
         tc, *_, n, m, k = c
-        return all(r is None or (isinstance(size := _size(r), int) and size % dim == 0) for r, dim in zip((n, m, k), tc.dims))
+        return all(r is None or (isinstance(size := range_size(r), int) and size % dim == 0) for r, dim in zip((n, m, k), tc.dims))
     return actions + [Opt(OptOps.TC, choice, 2) for choice, c in enumerate(choices[:9]) if not divides(c)]
 
 def _render(ast: UOp, renderer, opts: list[Opt]):
-    from fusegrad.codegen import get_program
+    from fusegrad.codegen import get_program   # (the codegen package imports this one; and tests patch get_program there)
     return get_program(ast, renderer, opts)
 
 def _compile(args: tuple) -> tuple[int, bytes | None]:
     """Worker: compile one candidate's source (returns None if the compiler rejects it)."""
     index, device, src = args
-    from fusegrad.device import Device
     try: return index, Device[device].compiler.compile_cached(src)
     except Exception: return index, None
 
 def _time_program(program, lib: bytes, buffers: list, repeats: int = 3, give_up_after: float = float("inf")) -> float:
     """Best of ``repeats`` runs; a candidate already 3x slower than ``give_up_after`` isn't repeated."""
-    from fusegrad.engine.realize import CompiledRunner
+    from fusegrad.engine.realize import CompiledRunner   # (an upward call: timing runs a kernel through the engine)
     runner = CompiledRunner(program, precompiled=lib)
     var_vals = {v: v.arg[1] for v in program.vars}
     best = float("inf")
@@ -79,7 +81,6 @@ def _time_program(program, lib: bytes, buffers: list, repeats: int = 3, give_up_
 def _buffers_for(ast: UOp, device: str) -> list:
     """Random-filled scratch buffers shaped like the kernel's PARAMs (outputs can't clobber real data)."""
     import numpy as np
-    from fusegrad.device import Buffer
     params = sorted({x for x in ast.toposort if x.op is Ops.PARAM}, key=lambda p: p.arg)
     buffers = []
     rng = np.random.default_rng(0)
@@ -91,13 +92,14 @@ def _buffers_for(ast: UOp, device: str) -> list:
     return buffers
 
 def _cache_key(ast: UOp, device: str, width: int, renderer) -> str:
-    from fusegrad.device import Device
-    from fusegrad.codegen import codegen_settings
     compiler_key = getattr(Device[device].compiler, "cachekey", "") or ""
-    # the settings that change what a candidate compiles to (VECTORIZE, TC, ...) change the best actions too
-    return content_hash(pretty_print(ast, max_nodes=10**9), device, str(width), compiler_key, repr(codegen_settings()[2:]))
+    # the target and settings that change what a candidate compiles to (VECTORIZE, TC, ...) change the best actions
+    # too; BEAM and NOOPT don't (the search picks the actions itself)
+    options = dataclasses.replace(renderer.options, beam=0, noopt=0)
+    return content_hash(pretty_print(ast, max_nodes=10**9), device, str(width), compiler_key, repr(options))
 
 _pool: ThreadPoolExecutor | None = None
+BEAM_BAR_DELAY = 0.5   # seconds a search runs before its progress bar appears (a quick one shows none)
 
 def _workers() -> ThreadPoolExecutor | None:
     """Compiles run in parallel: each one is a separate compiler process, driven from a thread
@@ -108,14 +110,23 @@ def _workers() -> ThreadPoolExecutor | None:
 
 def beam_search(ast: UOp, renderer, width: int) -> list[Opt]:
     """The best action list found for ``ast`` (see module doc)."""
-    from fusegrad.device import diskcache_get, diskcache_put
     device = renderer.device
     key = _cache_key(ast, device, width, renderer)
     if not IGNORE_BEAM_CACHE and (cached := _opts_from_cache(diskcache_get("beam_search", key))) is not None: return cached
     real, ast = ast, _shrunk(ast)
     buffers = _buffers_for(ast, device)
     start = time.perf_counter()
+    # kernels timed so far and the best time, on a terminal's stderr once the search has taken a moment; erased
+    # when done (DEBUG>=1 prints the result)
+    bar = tqdm(disable=None, delay=BEAM_BAR_DELAY, leave=False, unit=" kernels")
+    try: return _search(ast, real, renderer, width, device, key, buffers, start, bar)
+    finally: bar.close()
+
+def _search(ast: UOp, real: UOp, renderer, width: int, device: str, key: str, buffers: list, start: float, bar: tqdm) -> list[Opt]:
+    label = f"BEAM {_render(real, renderer, []).name}" if not bar.disable else "BEAM"   # (the name costs a codegen)
+    best_so_far = float("inf")
     def evaluate(candidates: list[list[Opt]]) -> list[tuple[float, list[Opt]]]:
+        nonlocal best_so_far
         programs, seen = [], set()
         for opts in candidates:
             try: program = _render(ast, renderer, opts)
@@ -132,6 +143,9 @@ def beam_search(ast: UOp, renderer, width: int) -> list[Opt]:
             fastest = min((r[0] for r in results), default=float("inf"))
             try: results.append((_time_program(program, libs[i], buffers, give_up_after=fastest), opts))
             except Exception: continue
+            best_so_far = min(best_so_far, results[-1][0])
+            bar.set_description(f"{label} best {best_so_far * 1e6:.2f} us")
+            bar.update(1)
         return sorted(results, key=lambda r: r[0])
     # the heuristic's choice is in the first beam: the search refines it instead of rediscovering
     # a register tile one action at a time (that halves a 1024 matmul's search), and the result is

@@ -29,10 +29,8 @@ import itertools
 from fusegrad.dtype import dtypes
 from fusegrad.uop.ops import UOp, Ops, AxisType
 from fusegrad.renderer import TensorCore
-
-def _opt():
-    import fusegrad.codegen.opt as opt   # (the actions module imports this one)
-    return opt
+from fusegrad.codegen.kernel import range_size, kernel_axes, ranges_in, address_stride
+from fusegrad.codegen.opt.actions import KernelOptError, pad_range, renest
 
 def _name(dtype) -> str: return repr(dtype).removeprefix("dtypes.")
 
@@ -57,16 +55,15 @@ def _loaded(x: UOp) -> bool:
 def tensor_core_choices(ast: UOp, renderer, tc_opt: int) -> list[tuple[TensorCore, UOp, UOp, UOp, UOp, UOp | None, UOp]]:
     """Every way to run the kernel's reduce on a tensor core: (tc, reduce, a operand, b operand, n, m, k),
     the choices whose b operand is contiguous along n (then a along k) first."""
-    opt = _opt()
     reduces = [x for x in ast.toposort if x.op is Ops.REDUCE]
     if len(reduces) != 1: return []
     red = reduces[0]
-    globals_ = [r for r in opt.kernel_axes(ast) if r.arg[1] in (AxisType.GLOBAL, AxisType.LOOP, AxisType.THREAD)]
+    globals_ = [r for r in kernel_axes(ast) if r.arg[1] in (AxisType.GLOBAL, AxisType.LOOP, AxisType.THREAD)]
     choices = []
-    for tc in getattr(renderer, "tensor_cores", []):
+    for tc in renderer.tensor_cores:
         if red.arg is not Ops.ADD or red.dtype != tc.dtype_out or (factors := _operands(red.src[0], tc, tc_opt)) is None: continue
         for a, b in (factors, factors[::-1]):
-            in_a, in_b = opt.ranges_in(a), opt.ranges_in(b)
+            in_a, in_b = ranges_in(a), ranges_in(b)
             for n in reversed(globals_):
                 if n not in in_b or n in in_a: continue
                 ms = [g for g in reversed(globals_) if g in in_a and g not in in_b] if tc.dims[1] > 1 else [None]
@@ -74,44 +71,42 @@ def tensor_core_choices(ast: UOp, renderer, tc_opt: int) -> list[tuple[TensorCor
                     if k.arg[1] is AxisType.REDUCE and k in in_a and k in in_b: choices.append((tc, red, a, b, n, m, k))
     def contiguous(x: UOp, rng: UOp) -> bool:
         if x.op is Ops.WHERE and _loaded(x): x = x.src[1]
-        return x.op is Ops.LOAD and x.src[0].op is Ops.INDEX and opt._stride(x.src[0], rng) == 1
+        return x.op is Ops.LOAD and x.src[0].op is Ops.INDEX and address_stride(x.src[0], rng) == 1
     return sorted(choices, key=lambda c: (not contiguous(c[3], c[4]), not contiguous(c[2], c[6])))
 
 def apply_tensor_core(ast: UOp, renderer, choice: int | None, tc_opt) -> UOp:
     """Apply ``Opt(OptOps.TC, choice, tc_opt)`` (see the module doc) or raise KernelOptError."""
-    opt = _opt()
-    if not getattr(renderer, "tensor_cores", None): raise opt.KernelOptError(f"TC needs tensor cores, and the {renderer.device} renderer declares none")
+    if not renderer.tensor_cores: raise KernelOptError(f"TC needs tensor cores, and the {renderer.device} renderer declares none")
     tc_opt = 0 if tc_opt is None else tc_opt
-    if tc_opt not in (0, 1, 2): raise opt.KernelOptError(f"TC's tc_opt is 0, 1 or 2, got {tc_opt}")
+    if tc_opt not in (0, 1, 2): raise KernelOptError(f"TC's tc_opt is 0, 1 or 2, got {tc_opt}")
     if any(x.op is Ops.RANGE and x.arg[1] not in (AxisType.GLOBAL, AxisType.LOOP, AxisType.THREAD, AxisType.REDUCE) for x in ast.toposort) \
             or any(x.op is Ops.WMMA for x in ast.toposort):
-        raise opt.KernelOptError("TC must be the first action on a kernel (before UPCAST, UNROLL, LOCAL, GROUP, STAGE or another TC)")
+        raise KernelOptError("TC must be the first action on a kernel (before UPCAST, UNROLL, LOCAL, GROUP, STAGE or another TC)")
     choices = tensor_core_choices(ast, renderer, tc_opt)
     if not choices:
         wanted = ", ".join(f"{_name(tc.dtype_in)} -> {_name(tc.dtype_out)}" for tc in renderer.tensor_cores)
-        raise opt.KernelOptError(f"TC: the kernel has no single sum of products that the {renderer.device} tensor cores ({wanted}) compute"
+        raise KernelOptError(f"TC: the kernel has no single sum of products that the {renderer.device} tensor cores ({wanted}) compute"
                                  + ("" if tc_opt else " from loads (tc_opt 1 allows computed operands)"))
     if choice is None or not 0 <= choice < len(choices):
-        raise opt.KernelOptError(f"TC axis choice {choice} is out of range ({len(choices)} choices)")
+        raise KernelOptError(f"TC axis choice {choice} is out of range ({len(choices)} choices)")
     tc, red, a, b, n, m, k = choices[choice]
     if tc_opt >= 2:   # pad the axes up to the instruction's dims, then find the same choice on the padded kernel
         for rng, dim in ((n, tc.dims[0]), (m, tc.dims[1]), (k, tc.dims[2])):
-            if rng is not None and isinstance(size := opt._size(rng), int) and size % dim:
-                ast = opt._padto(ast, next(r for r in ast.toposort if r.op is Ops.RANGE and r.arg == rng.arg), dim)
+            if rng is not None and isinstance(size := range_size(rng), int) and size % dim:
+                ast = pad_range(ast, next(r for r in ast.toposort if r.op is Ops.RANGE and r.arg == rng.arg), dim)
         ids = (n.arg, m.arg if m is not None else None, k.arg)
         tc, red, a, b, n, m, k = next(c for c in tensor_core_choices(ast, renderer, tc_opt)
                                       if c[0] is tc and (c[4].arg, c[5].arg if c[5] is not None else None, c[6].arg) == ids)
     return _rewrite(ast, tc, red, a, b, n, m, k)
 
 def _rewrite(ast: UOp, tc: TensorCore, red: UOp, a: UOp, b: UOp, n: UOp, m: UOp | None, k: UOp) -> UOp:
-    opt = _opt()
     N, M, K = tc.dims
     outer: dict[UOp, UOp] = {}
     for rng, dim in ((n, N), (m, M), (k, K)):
         if rng is None: continue
-        size = opt._size(rng)
+        size = range_size(rng)
         if not isinstance(size, int) or size % dim:
-            raise opt.KernelOptError(f"TC needs axis {rng.arg[0]} (size {size}) to be a multiple of {dim} (tc_opt 2 pads it)")
+            raise KernelOptError(f"TC needs axis {rng.arg[0]} (size {size}) to be a multiple of {dim} (tc_opt 2 pads it)")
         outer[rng] = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size // dim),), rng.arg)   # keeps its id and kind
     def at(x: UOp, i: int, j: int, l: int) -> UOp:
         """``x`` at fragment point (i, j, l): m = m_out*M + i, n = n_out*N + j, k = k_out*K + l."""
@@ -128,10 +123,10 @@ def _rewrite(ast: UOp, tc: TensorCore, red: UOp, a: UOp, b: UOp, n: UOp, m: UOp 
         if not ({red, n, m} & set(st.toposort)):
             stores.append(st)
             continue
-        if st.op is not Ops.STORE: raise opt.KernelOptError(f"TC can't repeat a {st.op.name} of the kernel for the fragment lanes")
+        if st.op is not Ops.STORE: raise KernelOptError(f"TC can't repeat a {st.op.name} of the kernel for the fragment lanes")
         for i in range(M):
             for j in range(N):
                 lane = {red: UOp(Ops.GEP, red.dtype, (sums,), (i * N + j,)), n: outer[n] * N + j}
                 if m is not None: lane[m] = outer[m] * M + i
                 stores.append(st.substitute(lane))
-    return opt.renest(ast.replace(src=tuple(stores)))
+    return renest(ast.replace(src=tuple(stores)))

@@ -1,0 +1,343 @@
+"""Kernel optimization actions: small named rewrites of a kernel's ranges (codegen/kernel.py defines the
+*axes* they address).
+
+UPCAST ranges end up innermost: the reduce that computes them keeps one accumulator per upcast element
+(a small register array), so a matmul becomes a register-tiled micro-kernel that the C compiler vectorizes.
+
+| action  | on           | effect |
+|---------|--------------|--------|
+| UPCAST  | global axis  | split off an inner range of ``arg`` that runs innermost, with its own accumulators |
+| UNROLL  | reduce axis  | split off ``arg`` partial sums (lanes), added up after the loop |
+| THREAD  | global axis 0| run the outermost loop on ``arg`` CPU threads |
+| SWAP    | global axis  | exchange the nesting order of global axes ``axis`` and ``arg`` |
+| LOCAL   | global axis  | split off an inner LOCAL range of ``arg``: threads of one workgroup (``lidx``) |
+| GROUP   | reduce axis  | split off an inner GROUP_REDUCE range of ``arg``: that many threads each reduce a part, then combine |
+| GROUPTOP| reduce axis  | like GROUP, but the threads take the outer (top) part of the range: thread t reduces one contiguous block |
+| PADTO   | global/reduce| round the range up to a multiple of ``arg``; the extra iterations neither load, store nor contribute |
+| NOLOCALS| (no axis)    | launch without workgroups (``idx`` launch indices, no local size); later LOCAL/GROUP are illegal |
+| STAGE   | any axis     | copy each small input read along the axis, once per kernel call, into a buffer where the axis is innermost (contiguous) |
+| TC      | (a choice)   | run the reduce on a matrix instruction the renderer declares (``tc.py``); ``arg`` is tc_opt |
+
+LOCAL/GROUP/GROUPTOP/NOLOCALS need a renderer with ``has_local`` (and GROUP ``has_shared``); PADTO works
+everywhere. Legality is checked when an action is applied: amounts must divide (after PADTO they do),
+a workgroup (LOCAL x GROUP sizes) stays within ``renderer.local_max_threads`` and, per launch dimension,
+``renderer.local_max``; the grouped reduces' partials fit in ``renderer.shared_max`` bytes (checked after
+every action, since a later UPCAST grows them). A reduce nested inside another reduce's loop can't be
+grouped (its barrier would sit inside a loop whose trip is per reduce step). The grouped reduce is
+lowered in codegen/lowering.py (``lower_group_reduces``): partials go to a DEFINE_LOCAL, a BARRIER,
+then every thread combines them and only the group's thread 0 stores. The kernel-wide NOLOCALS flag
+lives in the SINK's arg (``KernelInfo``), so the AST stays the whole state of an optimized kernel.
+
+STAGE exists for register tiles whose vector axis runs along a *strided* small input: a conv's
+output channels index its weights with a stride of ``cin*kh*kw``. Staging copies the weights once
+(``STAGE`` loops before the main loops, then a BARRIER) into a buffer laid out with the channel axis
+innermost, so a tile can take 16 output channels as one AVX-512 vector while the image rows (20 or 24
+wide, which no 16-lane vector divides) become broadcast rows. On the CPU the staged buffer is an array
+shared by its threads (stack or heap, at most ``renderer.stage_max_bytes``); on GPU-style renderers it is
+shared memory, filled by every thread before a barrier.
+
+``renest`` recomputes the loop nesting after the actions.
+"""
+from __future__ import annotations
+from dataclasses import dataclass
+from enum import Enum, auto
+from fusegrad.dtype import dtypes
+from fusegrad.helpers import prod
+from fusegrad.uop.ops import UOp, Ops, AxisType
+from fusegrad.codegen.kernel import KernelInfo, kernel_info, range_size, AXIS_RANK, kernel_axes, next_range_id, local_axes, \
+    shared_memory_bytes, free_ranges, ranges_in
+from fusegrad.codegen.lowering import identity_value, launch_groups, slot_index
+
+class KernelOptError(Exception):
+    """An optimization action that is not legal for this kernel (the message says why)."""
+
+class OptOps(Enum):
+    UPCAST = auto(); UNROLL = auto(); LOCAL = auto(); GROUP = auto(); GROUPTOP = auto(); PADTO = auto()
+    THREAD = auto(); NOLOCALS = auto(); SWAP = auto(); TC = auto(); STAGE = auto()
+    def __repr__(self) -> str: return f"OptOps.{self.name}"
+
+@dataclass(frozen=True)
+class Opt:
+    op: OptOps
+    axis: int | None = None
+    arg: int | tuple | None = None
+    def __repr__(self) -> str: return f"Opt(op={self.op!r}, axis={self.axis}, arg={self.arg})"
+
+def _split(ast: UOp, rng: UOp, amount: int, inner_kind: AxisType) -> tuple[UOp, UOp, UOp]:
+    """Replace ``rng`` by outer*amount + inner. Returns (ast, outer, inner)."""
+    size = range_size(rng)
+    if not isinstance(size, int): raise KernelOptError(f"can't split symbolic range {rng.arg}")
+    if amount <= 1 or size % amount != 0: raise KernelOptError(f"{amount} doesn't divide range of size {size}")
+    # the outer part keeps the range's id, so it keeps its place in the loop order
+    outer = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size // amount),), rng.arg)
+    inner = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, amount),), (next_range_id(ast), inner_kind))
+    return ast.substitute({rng: outer * amount + inner}), outer, inner
+
+def apply_opt(ast: UOp, opt: Opt, renderer) -> UOp:
+    """Apply one action or raise KernelOptError (the message says what is illegal)."""
+    if opt.op is OptOps.TC:
+        from fusegrad.codegen.opt.tc import apply_tensor_core   # (tc.py builds on this module's actions: imported on use)
+        return apply_tensor_core(ast, renderer, opt.axis, opt.arg)
+    if opt.op is OptOps.NOLOCALS: return _nolocals(ast, renderer)
+    if opt.op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP):
+        if not renderer.has_local:
+            raise KernelOptError(f"{opt.op.name} needs local (workgroup) dims, which the {renderer.device} renderer doesn't have")
+        if opt.op is not OptOps.LOCAL and not renderer.has_shared:
+            raise KernelOptError(f"{opt.op.name} needs shared memory, which the {renderer.device} renderer doesn't have")
+        if kernel_info(ast).dont_use_locals: raise KernelOptError(f"{opt.op.name} after NOLOCALS: this kernel uses no locals")
+    axes = kernel_axes(ast)
+    if opt.axis is None or not 0 <= opt.axis < len(axes): raise KernelOptError(f"axis {opt.axis} is out of range ({len(axes)} axes)")
+    rng = axes[opt.axis]
+    kind = rng.arg[1]
+    amount = opt.arg if opt.arg else range_size(rng)
+    if not isinstance(amount, int): raise KernelOptError(f"{opt} needs an int amount")
+    if opt.op is OptOps.UPCAST:
+        if kind is AxisType.REDUCE: raise KernelOptError("UPCAST is for non-reduce axes; use UNROLL")
+        if kind is AxisType.GROUP_REDUCE: raise KernelOptError("UPCAST is for non-reduce axes, not grouped reduce threads")
+        if amount > 64: raise KernelOptError(f"UPCAST amount {amount} is above 64")
+        if amount == range_size(rng): new = ast.substitute({rng: rng.replace(arg=(rng.arg[0], AxisType.UPCAST))})
+        else: new = _split(ast, rng, amount, AxisType.UPCAST)[0]
+    elif opt.op is OptOps.UNROLL:
+        if kind is not AxisType.REDUCE: raise KernelOptError("UNROLL is for reduce axes")
+        if amount > 64: raise KernelOptError(f"UNROLL amount {amount} is above 64")
+        new = _unroll(ast, rng, amount)
+    elif opt.op is OptOps.SWAP:
+        other = opt.arg
+        if not isinstance(other, int) or not 0 <= other < len(axes) or other == opt.axis: raise KernelOptError(f"SWAP needs another axis, got {other}")
+        second = axes[other]
+        if AXIS_RANK[kind] != 0 or AXIS_RANK[second.arg[1]] != 0: raise KernelOptError("SWAP exchanges two global axes")
+        # loops nest in id order: exchanging ids exchanges the loops
+        return _exchange_range_ids(ast, rng.arg[0], second.arg[0])
+    elif opt.op is OptOps.THREAD:
+        if opt.axis != 0 or kind not in (AxisType.GLOBAL, AxisType.LOOP): raise KernelOptError("THREAD splits the outermost global axis")
+        if not renderer.has_threads: raise KernelOptError(f"the {renderer.device} renderer has no threads")
+        return ast.substitute({rng: rng.replace(arg=(rng.arg[0], AxisType.THREAD))})
+    elif opt.op is OptOps.LOCAL:
+        if kind not in (AxisType.GLOBAL, AxisType.LOOP): raise KernelOptError(f"LOCAL is for global axes, axis {opt.axis} is {kind.name}")
+        if amount == range_size(rng): new = ast.substitute({rng: rng.replace(arg=(rng.arg[0], AxisType.LOCAL))})
+        else: new = _split(ast, rng, amount, AxisType.LOCAL)[0]
+    elif opt.op in (OptOps.GROUP, OptOps.GROUPTOP):
+        if kind is not AxisType.REDUCE: raise KernelOptError(f"{opt.op.name} is for reduce axes, axis {opt.axis} is {kind.name}")
+        new = _group(ast, rng, amount, top=opt.op is OptOps.GROUPTOP)
+    elif opt.op is OptOps.PADTO:
+        new = pad_range(ast, rng, amount)
+    elif opt.op is OptOps.STAGE:
+        new = _stage(ast, rng, renderer)
+    else: raise KernelOptError(f"{opt.op.name} is not supported here")
+    return _check_launch(new, renderer)
+
+def _check_launch(ast: UOp, renderer) -> UOp:
+    """Raise KernelOptError when the workgroup or its shared memory is too big for the renderer."""
+    if not renderer.has_local: return ast
+    local_ranges = local_axes(ast)
+    if local_ranges:
+        threads = prod(range_size(r) for r in local_ranges)
+        if threads > renderer.local_max_threads:
+            raise KernelOptError(f"a workgroup of {threads} threads exceeds the {renderer.device} renderer's maximum of "
+                                 f"{renderer.local_max_threads}")
+        for dim, group in enumerate(launch_groups(local_ranges)):
+            size = prod(range_size(r) for r in group)
+            if renderer.local_max is not None and size > renderer.local_max[dim]:
+                raise KernelOptError(f"local dim {dim} of size {size} exceeds the {renderer.device} renderer's limit {renderer.local_max[dim]}")
+    if (need := shared_memory_bytes(ast)) > renderer.shared_max:
+        raise KernelOptError(f"exceeds maximum shared memory size: needs {need}, max {renderer.shared_max}")
+    return ast
+
+def _nolocals(ast: UOp, renderer) -> UOp:
+    if not renderer.has_local: raise KernelOptError(f"NOLOCALS is meaningless: the {renderer.device} renderer has no locals")
+    if kernel_info(ast).dont_use_locals: raise KernelOptError("NOLOCALS was already applied")
+    if local_axes(ast): raise KernelOptError("can't apply NOLOCALS to a kernel that already uses locals (LOCAL/GROUP)")
+    if ast.op is not Ops.SINK: raise KernelOptError("NOLOCALS needs a kernel SINK")
+    return ast.replace(arg=KernelInfo(dont_use_locals=True))
+
+def _group(ast: UOp, rng: UOp, amount: int, top: bool) -> UOp:
+    """Split reduce range ``rng`` into a REDUCE part and a GROUP_REDUCE part of ``amount`` threads,
+    in every REDUCE over it: REDUCE(v, rng) becomes REDUCE(v', rest, group). GROUP takes the inner
+    part of the range (rng = rest*amount + group), GROUPTOP the top (rng = group*(size/amount) + rest)."""
+    size = range_size(rng)
+    if not isinstance(size, int): raise KernelOptError(f"can't group symbolic range {rng.arg}")
+    if amount <= 1 or size % amount != 0: raise KernelOptError(f"{amount} doesn't divide reduce of size {size}")
+    reduces = [x for x in ast.toposort if x.op is Ops.REDUCE and rng in x.src[1:]]
+    for red in reduces:
+        loops = [r for r in free_ranges(red) if r.arg[1] not in (AxisType.GLOBAL, AxisType.LOCAL, AxisType.UPCAST)]
+        if loops: raise KernelOptError(f"can't group a reduce nested inside another loop ({loops[0].arg[1].name} range {loops[0].arg[0]}): "
+                                       "its barrier would run once per iteration of that loop")
+    group = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, amount),), (next_range_id(ast), AxisType.GROUP_REDUCE))
+    if amount == size: rest, expr = None, group
+    else:
+        rest = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size // amount),), rng.arg)
+        expr = group * (size // amount) + rest if top else rest * amount + group
+    mapping: dict[UOp, UOp] = {}
+    for red in reduces:   # in toposort order: a reduce inside another's value is rebuilt first
+        value = red.src[0].substitute({**mapping, rng: expr})
+        ranges: list[UOp] = []
+        for r in red.src[1:]: ranges += ([rest] if rest is not None else []) + [group] if r is rng else [r]
+        mapping[red] = UOp(Ops.REDUCE, red.dtype, (value,) + tuple(ranges), red.arg)
+    # other uses of the range (as an enclosing loop of nested ranges, also inside the new reduces)
+    # see the split expression
+    return ast.substitute(mapping).substitute({rng: expr})
+
+def pad_range(ast: UOp, rng: UOp, amount: int) -> UOp:
+    """Round range ``rng`` up to a multiple of ``amount``. Loads and stores whose address moves
+    along it are gated by ``rng < size`` (a gated load reads 0), stores that happen inside it are
+    gated too, and each REDUCE over it sees its identity for the extra iterations: the value is
+    wrapped in ``valid.where(value, identity)`` unless the reduce is a sum whose value is zero
+    whenever its gated loads are (a product of gated loads, say), where the gated loads suffice."""
+    size = range_size(rng)
+    if rng.arg[1] not in (AxisType.GLOBAL, AxisType.LOOP, AxisType.THREAD, AxisType.REDUCE):
+        raise KernelOptError(f"PADTO pads global and reduce axes, not {rng.arg[1].name} ones")
+    if not isinstance(size, int): raise KernelOptError(f"can't pad symbolic range {rng.arg}")
+    if amount <= 1: raise KernelOptError(f"PADTO needs an amount of at least 2, got {amount}")
+    padded = -(-size // amount) * amount
+    if padded == size: raise KernelOptError(f"nothing to pad: {size} is already a multiple of {amount}")
+    if size <= amount // 4: raise KernelOptError(f"pad adds more than quadruple the work ({size} -> {padded})")
+    new = rng.replace(src=(UOp.const(dtypes.index, padded),) + rng.src[1:])
+    valid = new < size
+    ast = ast.substitute({rng: new})
+    def gate(index: UOp) -> UOp:
+        return index.replace(src=(index.src[0], index.src[1], valid if len(index.src) < 3 else valid.alu(Ops.AND, index.src[2])))
+    gated: dict[UOp, UOp] = {}
+    for x in ast.toposort:
+        if x.op is Ops.INDEX and x.src[0].op in (Ops.PARAM, Ops.DEFINE_LOCAL) and new in ranges_in(x.src[1]): gated[x] = gate(x)
+    for st in [x for x in ast.toposort if x.op is Ops.STORE]:
+        if st.src[0] not in gated and new in free_ranges(st): gated[st.src[0]] = gate(st.src[0])
+    ast = ast.substitute(gated)
+    mapping: dict[UOp, UOp] = {}
+    for red in [x for x in ast.toposort if x.op is Ops.REDUCE and new in x.src[1:]]:
+        value = red.src[0].substitute(mapping) if mapping else red.src[0]
+        if not (red.arg is Ops.ADD and _zero_when_padded(value, new)):
+            value = valid.where(value, UOp.const(value.dtype, identity_value(red.arg, value.dtype)))
+        mapping[red] = red.replace(src=(value,) + red.src[1:])
+    return ast.substitute(mapping) if mapping else ast
+
+def staged_loads(ast: UOp, rng: UOp, renderer) -> list[tuple[UOp, list[UOp]]]:
+    """The loads STAGE copies along ``rng``, each with its slot order: inputs (not written by the kernel)
+    whose address moves along ``rng``, over constant-size ranges, while the copies fit the staging
+    memory. The order is: other loop ranges by id, then ``rng``, then UPCAST ranges, so ``rng`` (or
+    its upcast part) is contiguous."""
+    written = {x.src[0].src[0] for x in ast.toposort if x.op is Ops.STORE and x.src[0].op is Ops.INDEX}
+    room = _staging_room(ast, renderer)
+    chosen: list[tuple[UOp, list[UOp]]] = []
+    for load in ast.toposort:
+        if load.op is not Ops.LOAD or load.src[0].op is not Ops.INDEX or load.src[0].src[0].op is not Ops.PARAM: continue
+        ranges = ranges_in(load.src[0])
+        if load.src[0].src[0] in written or rng not in ranges: continue
+        if any(r.arg[1] is AxisType.STAGE or not isinstance(range_size(r), int) for r in ranges): continue
+        order = sorted([r for r in ranges if r is not rng and r.arg[1] is not AxisType.UPCAST], key=lambda r: r.arg[0]) + [rng] + \
+            sorted([r for r in ranges if r is not rng and r.arg[1] is AxisType.UPCAST], key=lambda r: r.arg[0])
+        size = prod(range_size(r) for r in order) * load.dtype.itemsize
+        if size > room: continue
+        room -= size
+        chosen.append((load, order))
+    return chosen
+
+def _staging_room(ast: UOp, renderer) -> int:
+    """Bytes left for staged copies: ``renderer.stage_max_bytes`` on the CPU, shared memory on GPU-style renderers."""
+    limit = renderer.stage_max_bytes if not renderer.has_local else renderer.shared_max
+    return limit - sum(x.dtype.size * x.dtype.base.itemsize for x in ast.toposort if x.op is Ops.DEFINE_LOCAL)
+
+def _stage(ast: UOp, rng: UOp, renderer) -> UOp:
+    """Stage every input load whose address moves along ``rng`` and that reads few enough elements
+    (``staged_loads``).
+
+    A staged load ``buf[f(r1..rn)]`` becomes ``stage[slot(r1..rn)]``: ``stage`` holds one element per
+    combination of the load's ranges (its footprint), with ``rng`` contiguous. The copy runs once,
+    before every other loop, over fresh STAGE ranges (gated loads copy their zeros too); a BARRIER
+    after it orders the reads. Later actions transform the staged read like any load."""
+    staged = staged_loads(ast, rng, renderer)
+    if not staged:
+        raise KernelOptError(f"STAGE: no input read along axis {rng.arg[0]} fits in {_staging_room(ast, renderer)} bytes of staging memory")
+    next_id, number = next_range_id(ast), sum(1 for x in ast.toposort if x.op is Ops.DEFINE_LOCAL)
+    mapping: dict[UOp, UOp] = {}
+    for load, order in staged:
+        copies: list[UOp] = []
+        for r in order:
+            copies.append(UOp(Ops.RANGE, dtypes.index, (r.src[0],) + tuple(copies), (next_id, AxisType.STAGE)))
+            next_id += 1
+        buffer = UOp(Ops.DEFINE_LOCAL, load.dtype.ptr(prod(range_size(r) for r in order), local=True), (), f"stage{number}")
+        number += 1
+        fill = buffer.index(slot_index(copies)).store(load.substitute(dict(zip(order, copies))))
+        filled = UOp(Ops.BARRIER, dtypes.void, (buffer, UOp(Ops.END, dtypes.void, (fill,) + tuple(copies))))
+        mapping[load] = buffer.index(slot_index(order)).load(filled)
+    return ast.substitute(mapping)
+
+def _zero_when_padded(value: UOp, rng: UOp) -> bool:
+    """Is ``value`` exactly 0 whenever the loads whose address depends on ``rng`` read 0? (Only
+    through ops with f(0, 0) = 0: a constant, inf or NaN factor would make a padded step count.)"""
+    zero: dict[UOp, bool] = {}
+    for x in value.toposort:
+        if x.op is Ops.LOAD: z = rng in ranges_in(x.src[0])
+        elif x.op is Ops.CONST: z = x.arg == 0
+        elif x.op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.MAX, Ops.OR, Ops.XOR, Ops.MULACC): z = all(zero[s] for s in x.src)
+        elif x.op in (Ops.NEG, Ops.CAST, Ops.TRUNC, Ops.SQRT): z = zero[x.src[0]]
+        elif x.op is Ops.WHERE: z = zero[x.src[1]] and zero[x.src[2]]
+        else: z = False
+        zero[x] = z
+    return zero[value]
+
+def _exchange_range_ids(ast: UOp, a: int, b: int) -> UOp:
+    """Give the ranges numbered ``a`` the number ``b`` and the other way round, each node once.
+    (A plain substitute can't: a range whose parents include the other range is rebuilt from its
+    new parents first, then no longer matches its key and keeps its old number, so two loops end
+    up with one loop variable.)"""
+    swap = {a: b, b: a}
+    rebuilt: dict[UOp, UOp] = {}
+    for x in ast.toposort:
+        srcs = tuple(rebuilt.get(s, s) for s in x.src)
+        y = x if srcs == x.src else x.replace(src=srcs)
+        if x.op is Ops.RANGE and x.arg[0] in swap: y = y.replace(arg=(swap[x.arg[0]], x.arg[1]))
+        if y is not x: rebuilt[x] = y
+    return rebuilt.get(ast, ast)
+
+def _unroll(ast: UOp, rng: UOp, amount: int) -> UOp:
+    """Split reduce range r into (outer, lane): each REDUCE over r becomes a REDUCE over the lane
+    of a REDUCE over outer. The inner reduce keeps ``amount`` partial accumulators side by side
+    (one per lane, which the C compiler vectorizes); the outer one adds them up."""
+    size = range_size(rng)
+    if not isinstance(size, int) or size % amount != 0: raise KernelOptError(f"{amount} doesn't divide reduce of size {size}")
+    outer = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size // amount),), rng.arg)
+    lane = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, amount),), (next_range_id(ast), AxisType.UPCAST))
+    mapping = {}
+    for red in [x for x in ast.toposort if x.op is Ops.REDUCE and rng in x.src[1:]]:
+        value = red.src[0].substitute({rng: outer * amount + lane})
+        others = tuple(r for r in red.src[1:] if r is not rng)
+        partial = UOp(Ops.REDUCE, red.dtype, (value, outer) + others, red.arg)
+        mapping[red] = UOp(Ops.REDUCE, red.dtype, (partial, lane), red.arg)
+    # then the range's other uses: as an enclosing loop of nested ranges, also inside the new reduces
+    # (left alone, a stale copy of the range would run as a second loop with the same variable)
+    return ast.substitute(mapping).substitute({rng: outer * amount + lane})
+
+def renest(ast: UOp) -> UOp:
+    """Recompute every RANGE's enclosing loops (its extra sources) from the kernel's structure:
+    globals nest in id order; output UPCAST ranges sit inside every global; a reduce's ranges sit
+    inside the non-upcast ranges its value depends on."""
+    # (the STAGE loops of a staged copy keep their own nesting: they run before everything else)
+    ranges = [x for x in ast.toposort if x.op is Ops.RANGE and x.arg[1] is not AxisType.STAGE]
+    if not ranges: return ast
+    bare = {r: UOp(Ops.RANGE, r.dtype, (r.src[0],), r.arg) for r in ranges}
+    ast = ast.substitute(bare)
+    ranges = [x for x in ast.toposort if x.op is Ops.RANGE and x.arg[1] is not AxisType.STAGE]
+    reduces = [x for x in ast.toposort if x.op is Ops.REDUCE]
+    reduce_ranges = {r for red in reduces for r in red.src[1:]}
+    parents: dict[UOp, list[UOp]] = {}
+    outer = sorted([r for r in ranges if r not in reduce_ranges and r.arg[1] is not AxisType.UPCAST], key=lambda r: r.arg[0])
+    upcast_out = sorted([r for r in ranges if r not in reduce_ranges and r.arg[1] is AxisType.UPCAST], key=lambda r: r.arg[0])
+    chain = outer + upcast_out
+    for i, r in enumerate(chain): parents[r] = chain[:i]
+    for red in reduces:
+        own = list(red.src[1:])
+        enclosing = sorted([x for x in free_ranges(red.src[0]) if x not in own and x.arg[1] is not AxisType.UPCAST],
+                           key=lambda r: r.arg[0])
+        for i, r in enumerate(own):
+            previous = parents.get(r, [])
+            parents[r] = list(dict.fromkeys(previous + enclosing + own[:i]))
+    # build the new ranges, parents first
+    new: dict[UOp, UOp] = {}
+    def build(r: UOp, visiting: tuple = ()) -> UOp:
+        if r in new: return new[r]
+        if r in visiting: raise KernelOptError("ranges nest in a cycle")
+        srcs = tuple(build(p, visiting + (r,)) for p in parents.get(r, []) if p is not r)
+        new[r] = UOp(Ops.RANGE, r.dtype, (r.src[0],) + srcs, r.arg)
+        return new[r]
+    for r in ranges: build(r)
+    return ast.substitute(new)

@@ -1,0 +1,312 @@
+"""The hand-coded heuristic: the actions a kernel gets without search (``hand_coded_optimizations``).
+
+CPU renderers get register tiles, partial-sum lanes, vector lanes and threads (docs/decisions.md, "Codegen
+on the CPU", has the measurements); workgroup renderers (OpenCL) their own defaults from gpu_heuristic.py;
+a renderer with tensor cores uses them for a reduce they compute. Hardware numbers (vector width, register
+budget, staging memory) come from the renderer (renderer/__init__.py), not from literals here.
+"""
+from __future__ import annotations
+import os
+from typing import Any
+from fusegrad.helpers import USE_TC, TC_OPT, prod, getenv
+from fusegrad.uop.ops import UOp, Ops, AxisType
+from fusegrad.codegen.kernel import range_size, kernel_axes, ranges_in, loads_depending_on, address_stride
+from fusegrad.codegen.opt.actions import Opt, OptOps, KernelOptError, apply_opt, staged_loads
+from fusegrad.codegen.opt.tc import tensor_core_choices
+from fusegrad.codegen.opt.gpu_heuristic import gpu_optimizations
+
+def cpu_count() -> int:
+    return max(1, getenv("THREADS", len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+def _largest_divisor(size, options: tuple[int, ...]) -> int | None:
+    if not isinstance(size, int): return None
+    for amount in options:
+        if size % amount == 0 and size >= amount: return amount
+    return None
+
+def _tile_amount(size, preferred: tuple[int, ...], limit: int) -> int | None:
+    """A preferred divisor of ``size``, else its largest divisor in 2..limit."""
+    if not isinstance(size, int): return None
+    if (amount := _largest_divisor(size, preferred)) is not None: return amount
+    return next((d for d in range(min(limit, size), 1, -1) if size % d == 0), None)
+
+def _column_amount(size) -> int | None:
+    """How many columns a register tile takes. A vector width (32/16/8/4) that splits the axis comes
+    first: a split keeps the column the innermost loop (a whole-axis upcast nests outside the split
+    ones) and codegen/vectorize.py can emit it as vector code (MNIST step 720 -> 672 ms). A whole
+    small window (a weight gradient's 3 or 5 kernel columns) is taken whole; a longer odd axis (10)
+    is still split in two or more, to stay innermost (2x on a 10-wide conv row's input gradient)."""
+    if not isinstance(size, int) or size < 2: return None
+    if (width := next((w for w in (32, 16, 8, 4) if size % w == 0 and w < size), None)) is not None: return width
+    if size <= 8: return size
+    return _tile_amount(size, (), min(16, size // 2)) or size
+
+def _register_tile(globals_: list[UOp], loads: list[UOp], renderer) -> list[tuple[UOp, int]]:
+    """Pick the axes of a register tile for a reduce that reads several buffers (matmul, conv and
+    their gradients): (axis, amount) pairs, the innermost (vector) axis last.
+
+    An output element costs one multiply-add per reduce step; a tile of R x C outputs needs only
+    R + C loads per step when each load is broadcast along one tile axis. So:
+    - the column (vector) axis is the innermost output axis that some load doesn't depend on (the
+      loads that do depend on it are read contiguously);
+    - a neighbour axis with the same loads (a conv's output row next to its column, or the kernel
+      row next to the kernel column in a weight gradient) adds a few rows: their input windows
+      overlap, so the compiler reuses loads between them;
+    - the row axis is one that the column's loads don't depend on (output channels).
+    Tile sizes were measured on AVX-512 (2 cores): about 16 vector registers of accumulators when the
+    column is a multiple of 8 lanes, about 100-160 scalars otherwise. gcc unrolls a tile loop into registers only up to
+    16 iterations, so odd column sizes stay at or below 16; 32 columns are two AVX-512 registers."""
+    depends = {g: loads_depending_on(loads, g) for g in globals_ if isinstance(range_size(g), int)}
+    column = next((g for g in reversed(globals_) if g in depends and depends[g] and frozenset(loads) - depends[g]), None)
+    if column is None or (column_amount := _column_amount(range_size(column))) is None: return []
+    # about ``renderer.vector_registers`` (16) vector registers of accumulators (rows x neighbour x vectors per column): 8 rows of a
+    # 32-wide column, 16 of a 16- or 8-wide one (8 x 2 neighbours: 16 rows x 2 spilled, 7.1 -> 2.7 ms)
+    budget = renderer.vector_registers // (column_amount // min(column_amount, 16)) if column_amount % 8 == 0 \
+        else renderer.scalar_accumulators // column_amount
+    # split upcasts nest in the order applied (rows, neighbour, column innermost; the other order of
+    # rows and neighbour measured 2-4x slower); a whole-axis upcast keeps its axis position, outside
+    # the split ones (measured: weight gradients, whose whole 3x3 or 5x5 window is the tile, want the
+    # output channels innermost)
+    tile: list[tuple[UOp, int]] = []
+    neighbour = next((g for g in reversed(globals_) if g in depends and g is not column and depends[g] == depends[column]), None)
+    # a whole small window (a weight gradient's 5 kernel columns) takes a whole neighbour too (5x5)
+    window = column_amount == range_size(column) and column_amount < 6
+    if neighbour is not None and (amount := _tile_amount(range_size(neighbour), (), 5 if window else 2)) is not None \
+            and amount <= budget // 4:
+        budget //= amount
+    else: neighbour = None
+    rows = [g for g in reversed(globals_) if g in depends and g is not column and not (depends[g] & depends[column])]
+    row_options = (16, 8, 4) if column_amount % 8 == 0 else (8, 4)
+    if rows:
+        size = range_size(rows[0])
+        row_amount = next((a for a in row_options if a <= budget and size % a == 0), None) or _tile_amount(size, (), min(budget, 8))
+        if row_amount is not None: tile.append((rows[0], row_amount))
+    if neighbour is not None: tile.append((neighbour, amount))
+    return tile + [(column, column_amount)]
+
+def _dot_product_tile(globals_: list[UOp], reduces: list[UOp], loads: list[UOp], lanes: int, renderer) -> tuple[list[tuple[UOp, int]], int] | None:
+    """An output tile whose accumulators are vectors of partial sums along the reduce, when every input
+    is contiguous along the innermost reduce axis and it fills vectors (a weight gradient over 32-wide
+    image rows, ``a @ b.T``): each step loads one vector per tile row and per tile column and does
+    rows x columns vector FMAs; the lanes are added up once at the end. Tile sizes are the usual
+    tile's (``_register_tile``) cut to about 20 accumulators, which fit in registers (64-channel 32x32
+    conv weight gradient: 40 -> 10 ms). 8 lanes where 16 don't divide the reduce (MNIST's 8-wide rows:
+    8 -> 5.4 ms). Returns (tile, lanes), or None."""
+    reduce = reduces[-1]
+    along = loads_depending_on(loads, reduce)
+    width = next((w for w in (lanes, lanes // 2) if w >= 8 and isinstance(range_size(reduce), int) and range_size(reduce) % w == 0), None)
+    if width is None or len(along) < 2 or any(address_stride(ld.src[0], reduce) != 1 for ld in along): return None
+    full = _register_tile(globals_, loads, renderer)
+    tile = list(full)
+    while tile and prod(amount for _, amount in tile) > 20:
+        # shrink the entry with the most rows to its next smaller divisor (a 3x3 window stays whole)
+        i = max(range(len(tile)), key=lambda j: tile[j][1])
+        rng, amount = tile[i]
+        smaller = next((d for d in range(amount - 1, 1, -1) if range_size(rng) % d == 0 and amount % d == 0), None)
+        if smaller is None: tile.pop(i)
+        else: tile[i] = (rng, smaller)
+    # with half-width vectors, a dropped tile axis (each of its values re-reads the inputs) costs more
+    # than the dot product saves (a 1-channel conv's 5x5 weight gradient: 2.1 -> 5.6 ms)
+    if not tile or (width < lanes and len(tile) < len(full)): return None
+    return tile, width
+
+def _channel_tile(globals_: list[UOp], loads: list[UOp], lanes: int) -> list[tuple[UOp, int]]:
+    """A register tile whose vector axis is a channel axis of ``lanes`` elements (conv and its gradients).
+
+    The usual tile takes its vector from the innermost axis (a conv's output row); 20 or 24 wide rows
+    make 4 or 8 lane vectors, a quarter or half of AVX-512. Output channels (32, 64) fill whole vectors,
+    and every load is then either along the channels (weights; staged to be contiguous, see ``STAGE``)
+    or broadcast along them (the image). The image axes become the tile's positions: about 10-18 of
+    them (measured on the MNIST convs, 2x5 to 3x6; more spill registers), or a whole 3x3/5x5 window in
+    a weight gradient, where each position reuses the channel vector that was gathered once per step.
+    Returns [] when the usual tile already fills vectors or no channel axis fits."""
+    depends = {g: loads_depending_on(loads, g) for g in globals_ if isinstance(range_size(g), int)}
+    column = next((g for g in reversed(globals_) if g in depends and depends[g] and frozenset(loads) - depends[g]), None)
+    if column is None or (column_amount := _column_amount(range_size(column))) is None: return []
+    # a column that fills vectors is better, unless its loads are gated along it (a padded conv's
+    # input: before masked vector loads its loop stayed scalar, 16 GFLOPS on a 64-channel 32x32 conv;
+    # with them the two tiles measure within this machine's noise, and the channel tile stays)
+    if column_amount % lanes == 0 and not any(len(ld.src[0].src) > 2 and column in ranges_in(ld.src[0].src[2]) for ld in depends[column]):
+        return []
+    channel = next((g for g in reversed(globals_) if g in depends and depends[g] and not (depends[g] & depends[column])
+                    and range_size(g) % lanes == 0), None)
+    if channel is None: return []
+    neighbour = next((g for g in reversed(globals_) if g in depends and g is not column and depends[g] == depends[column]), None)
+    if column_amount == range_size(column) and column_amount < 6:   # a whole small window (weight gradient)
+        tile = [(column, column_amount)]
+        if neighbour is not None and range_size(neighbour) <= 5: tile.insert(0, (neighbour, range_size(neighbour)))
+    else:
+        amount = next(a for a in range(min(6, range_size(column)), 0, -1) if range_size(column) % a == 0)
+        tile = [(column, amount)] if amount > 1 else []
+        if neighbour is not None and (more := next((a for a in range(18 // amount, 1, -1) if range_size(neighbour) % a == 0), None)):
+            tile.insert(0, (neighbour, more))
+    return tile + [(channel, lanes)]
+
+def _one_vector(size: int) -> int:
+    """The vector width (4, 8 or 16 lanes) that a short axis of 3..16 elements is padded to."""
+    return next(w for w in (4, 8, 16) if w >= size)
+
+def _elementwise_vector(ast: UOp, innermost: UOp) -> tuple[int, bool] | None:
+    """(lanes, padded) for an elementwise kernel's innermost axis: 16, 8 or 4 when one divides it, else a
+    short axis (3..16: a 6-wide image row) padded to one vector (masked lanes), when every load is
+    contiguous along it, broadcast, or irregular (a pooling window's ``x // 2``: gathered lane by lane,
+    which beats gcc's scalar loop and its branching selects: MNIST's max-pool gradients 23 -> 2.3 ms
+    and, padded, 2.6 -> 0.3 ms). A strided load (a transpose) keeps gcc's own scalar loop, which is
+    faster for it."""
+    loads = [x for x in ast.toposort if x.op is Ops.LOAD and x.src[0].op is Ops.INDEX]
+    if any(address_stride(ld.src[0], innermost) not in (0, 1, None) for ld in loads): return None
+    if (lanes := _largest_divisor(range_size(innermost), (16, 8, 4))) is not None: return lanes, False
+    if isinstance(range_size(innermost), int) and 2 < range_size(innermost) <= 16: return _one_vector(range_size(innermost)), True
+    return None
+
+def _column_sums(column: UOp, reduce: UOp, loads: list[UOp]) -> int | None:
+    """Outputs per vector for a reduce down the columns of a row-major matrix (``v @ A``, ``x.sum(0)``):
+    the loads move contiguously along the output axis and with a stride along the reduce, so 64 outputs
+    at a time read a row's piece as four vectors, where partial sums along the reduce would walk down
+    columns (4096x4096 ``v @ A`` kernel: 72 ms -> 2.4 ms; 32 outputs: 4.1 ms; numpy 1.6-3.4 ms)."""
+    along = loads_depending_on(loads, column)
+    if not along or any(address_stride(ld.src[0], column) != 1 for ld in along): return None
+    if all(address_stride(ld.src[0], reduce) in (0, 1) for ld in loads_depending_on(loads, reduce)): return None
+    return _largest_divisor(range_size(column), (64, 32, 16, 8, 4))
+
+def _pooling_row_vector(globals_: list[UOp], reduces: list[UOp], loads: list[UOp]) -> int | None:
+    """Lanes for a pooling window's short output row: a small reduce (at most 4x4) over a row of 3 to 16
+    outputs that no vector width divides (a 2x2 max-pool of 20-wide rows has 10) is padded to one vector
+    (masked lanes), so the data-dependent max runs as vector selects, not branches (MNIST 9.7 -> 0.8 ms)."""
+    row = globals_[-1] if globals_ else None
+    if row is None or not loads_depending_on(loads, row) or not all(isinstance(range_size(r), int) for r in reduces + [row]): return None
+    if prod(range_size(r) for r in reduces) > 16 or not 2 < range_size(row) <= 16 or range_size(row) % 4 == 0: return None
+    return _one_vector(range_size(row))
+
+def _as_opts(axes: list[UOp], choices: list[tuple[UOp, Any, OptOps]]) -> list[Opt]:
+    """Turn (axis, amount, op) choices into Opts, following how axis numbers shift: a full-size
+    UPCAST/UNROLL removes its axis from the list. For SWAP the 'amount' is the other axis."""
+    remaining, opts = list(axes), []
+    for rng, amount, op in choices:
+        index = remaining.index(rng)
+        if op is OptOps.SWAP:
+            opts.append(Opt(op, index, remaining.index(amount)))
+            continue
+        if op is OptOps.STAGE:
+            opts.append(Opt(op, index))
+            continue
+        opts.append(Opt(op, index, amount))
+        if amount == range_size(rng): remaining.pop(index)
+    return opts
+
+def _columns_outside(globals_: list[UOp], tile: list[tuple[UOp, int]]) -> bool:
+    """Should a 2-d tile's column loop run outside its row loop? Rows outside stream the column
+    operand (B of a matmul) from memory once per row tile, columns outside stream the row operand
+    once per column tile: the wider tile side means fewer passes (measured at 8 x 32: 1024 matmul
+    231 -> 304 GFLOPS, 2048 152 -> 221 GFLOPS)."""
+    if len(globals_) != 2 or len(tile) != 2: return False
+    (row, rows), (column, columns) = tile
+    return [row, column] == globals_ and rows < range_size(row) and columns < range_size(column) and columns > rows
+
+def _longer_columns_outside(globals_: list[UOp], tile: list[tuple[UOp, int]]) -> bool:
+    """Should a dot-product tile's column loop run outside its row loop? Each operand of ``a @ b.T`` is
+    its axis times the reduce, so the longer axis has the bigger operand. With that loop outside, its
+    tile of rows is read once from memory and the smaller operand streams again per tile, from cache;
+    the other order streams the big operand from memory once per row tile (GPT-2's 128x768 @ 768x3072
+    Linear, whose 9.4 MB weight doesn't fit L2: 78 -> 25-36 ms on a loaded 2-core machine; a contiguous
+    ``x @ w`` register tile measured 16-24 ms in the same runs)."""
+    if len(globals_) != 2 or len(tile) != 2: return False
+    (row, rows), (column, columns) = tile
+    if [row, column] != globals_ or not all(isinstance(range_size(g), int) for g in globals_): return False
+    # (a whole-axis upcast leaves no loop to move)
+    return rows < range_size(row) and columns < range_size(column) and range_size(column) > range_size(row)
+
+def _reduce_choices(ast: UOp, renderer, globals_: list[UOp], reduces: list[UOp], loads: list[UOp]) -> list[tuple[UOp, int, OptOps]]:
+    """The first strategy that fits a reduce kernel, as (axis, amount, action) choices:
+    a dot-product tile (inputs contiguous along the reduce), a channel-vector tile (convs), the usual
+    register tile (matmul), row tiles for column reductions, or partial-sum lanes for a long reduce."""
+    lanes = renderer.max_vector_bytes // 4 if renderer.vector_loops else 0
+    tiled = len(globals_) >= 2 and len(loads) >= 2
+    if lanes and tiled and (dot := _dot_product_tile(globals_, reduces, loads, lanes, renderer)):
+        tile, width = dot
+        choices = [(rng, amount, OptOps.UPCAST) for rng, amount in tile] + [(reduces[-1], width, OptOps.UNROLL)]
+        return choices + ([(tile[0][0], tile[1][0], OptOps.SWAP)] if _longer_columns_outside(globals_, tile) else [])
+    # (a short reduce, like a 1-channel conv's 25 taps, can't pay for storing channel vectors lane by lane)
+    long_reduce = all(isinstance(range_size(r), int) for r in reduces) and prod(range_size(r) for r in reduces) >= 64
+    if lanes and tiled and long_reduce and (tile := _channel_tile(globals_, loads, lanes)):
+        # channel loads that aren't contiguous get a contiguous copy if small enough (else lanes are gathered)
+        channel, choices = tile[-1][0], []
+        if any(address_stride(ld.src[0], channel) != 1 for ld in loads_depending_on(loads, channel)) and staged_loads(ast, channel, renderer):
+            choices.append((channel, 0, OptOps.STAGE))
+        return choices + [(rng, amount, OptOps.UPCAST) for rng, amount in tile]
+    if lanes and (width := _pooling_row_vector(globals_, reduces, loads)):
+        return [(globals_[-1], width, OptOps.PADTO), (globals_[-1], width, OptOps.UPCAST)]
+    if tiled and (tile := _register_tile(globals_, loads, renderer)):
+        choices = [(rng, amount, OptOps.UPCAST) for rng, amount in tile]
+        return choices + ([(tile[0][0], tile[1][0], OptOps.SWAP)] if _columns_outside(globals_, tile) else [])
+    if len(globals_) == 1 and (columns := _column_sums(globals_[0], reduces[-1], loads)):
+        return [(globals_[0], columns, OptOps.UPCAST)]
+    # a long reduction: partial sums in lanes (C can't reorder float adds into vectors itself), on the
+    # innermost reduce axis with a vector-width size (else the last one's largest small divisor)
+    if all(isinstance(range_size(r), int) for r in reduces) and prod(range_size(r) for r in reduces) >= 64:
+        lane_axis = next((r for r in reversed(reduces) if _largest_divisor(range_size(r), (16, 8, 4))), reduces[-1])
+        if (amount := _tile_amount(range_size(lane_axis), (16, 8, 4), 16)) is not None and amount >= 4:
+            return [(lane_axis, amount, OptOps.UNROLL)]
+    return []
+
+def _tensor_core_opts(ast: UOp, renderer) -> list[Opt]:
+    """TC on the first choice (contiguous b rows), then a register tile of instructions: 4 column blocks
+    (64 columns) by 8 rows, 32 vector accumulators (bfloat16 matmul on AVX512-BF16, 1024: 387 GFLOPS
+    with 2 x 8, 417 with 4 x 8; 2048: 260 and 448), then threads. [] when no TC applies."""
+    choices = tensor_core_choices(ast, renderer, int(TC_OPT.value))
+    if not choices: return []
+    _, _, a, b, n, m, _ = choices[0]
+    opts = [Opt(OptOps.TC, 0, int(TC_OPT.value))]
+    try: tiled = apply_opt(ast, opts[0], renderer)
+    except KernelOptError: return []
+    axes = kernel_axes(tiled)
+    column = next(r for r in axes if r.arg[0] == n.arg[0])
+    # (TC keeps range ids) the row axis: one that only the a operand depends on, m if the instruction has rows
+    a_ids, b_ids = {r.arg[0] for r in ranges_in(a)}, {r.arg[0] for r in ranges_in(b)}
+    row = next((r for r in reversed(axes) if r.arg[1] is not AxisType.REDUCE and r.arg[0] in a_ids - b_ids and
+                (m is None or r.arg[0] == m.arg[0])), None)
+    tile = [(column, _largest_divisor(range_size(column), (4, 2)), OptOps.UPCAST)]
+    if row is not None: tile.append((row, _largest_divisor(range_size(row), (8, 4, 2)), OptOps.UPCAST))
+    opts += _as_opts(axes, [c for c in tile if c[1] is not None])
+    for o in opts[1:]: tiled = apply_opt(tiled, o, renderer)
+    sizes = [range_size(r) for r in kernel_axes(ast)]
+    work = prod(sizes) if all(isinstance(s, int) for s in sizes) else 0
+    if renderer.has_threads and cpu_count() > 1 and work >= getenv("THREAD_MIN_WORK", 1 << 20):
+        first = kernel_axes(tiled)[0]
+        if first.arg[1] in (AxisType.GLOBAL, AxisType.LOOP) and isinstance(range_size(first), int) and range_size(first) >= cpu_count():
+            opts.append(Opt(OptOps.THREAD, 0, cpu_count()))
+    return opts
+
+def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
+    """Defaults without search: the renderer's tensor core where one computes the reduce (bfloat16
+    matmul on the CPU; ``TC=0`` turns that off), register tiles for reduces with several outputs (matmul; conv tiles
+    with a channel vector and staged weights), 64-output row tiles for reductions down matrix
+    columns, partial-sum lanes for other long reductions, vector lanes for elementwise kernels, and
+    threads for big enough kernels (docs/decisions.md, "Codegen on the CPU", has the measurements).
+
+    >>> # (a @ b) on 1024x1024 gets an 8 x 32 register tile and threads:
+    >>> # [Opt(UPCAST, 0, 8), Opt(UPCAST, 1, 32), Opt(THREAD, 0, 2)]
+    """
+    if USE_TC and renderer.tensor_cores and (tc_opts := _tensor_core_opts(ast, renderer)): return tc_opts
+    if renderer.gpu_heuristic:   # workgroup renderers (OpenCL): their own defaults
+        return gpu_optimizations(ast, renderer)
+    axes = kernel_axes(ast)
+    globals_ = [r for r in axes if r.arg[1] is not AxisType.REDUCE]
+    reduces = [r for r in axes if r.arg[1] is AxisType.REDUCE]
+    reduce_nodes = [x for x in ast.toposort if x.op is Ops.REDUCE]
+    work = prod(range_size(r) for r in axes) if all(isinstance(range_size(r), int) for r in axes) else 0
+    choices: list[tuple[UOp, int, OptOps]] = []
+    if reduce_nodes and reduces and len(reduce_nodes) <= 4:
+        loads = list(dict.fromkeys(x for x in reduce_nodes[0].src[0].toposort if x.op is Ops.LOAD))
+        choices = _reduce_choices(ast, renderer, globals_, reduces, loads)
+    elif not reduce_nodes and globals_ and renderer.vector_loops and work >= 1 << 16 and (vector := _elementwise_vector(ast, globals_[-1])):
+        lanes, padded = vector
+        choices += ([(globals_[-1], lanes, OptOps.PADTO)] if padded else []) + [(globals_[-1], lanes, OptOps.UPCAST)]
+    opts = _as_opts(axes, choices)
+    threads = cpu_count()
+    # threads pay off only when a kernel runs well above the cost of waking them (~tens of us)
+    if renderer.has_threads and threads > 1 and globals_ and work >= getenv("THREAD_MIN_WORK", 1 << 20):
+        first = next((g for g in globals_ if all(g is not c[0] or c[1] != range_size(g) for c in choices)), None)
+        outer = range_size(first) // next((c[1] for c in choices if c[0] is first and c[2] is OptOps.UPCAST), 1) if first is not None and isinstance(range_size(first), int) else 0
+        if first is globals_[0] and outer >= threads: opts.append(Opt(OptOps.THREAD, 0, threads))
+    return opts

@@ -1,0 +1,173 @@
+"""CUDA C: the C-style renderer's dialect for NVIDIA GPUs, compiled by NVRTC (runtime/ops_cuda.py).
+
+A kernel is an ``extern "C" __global__`` function. Launch indices are the grid and block coordinates:
+``gidxN`` is ``blockIdx``, ``lidxN`` is ``threadIdx`` and a NOLOCALS kernel's ``idxN`` is the global thread
+index, dimension 0 being x. Workgroup memory is ``__shared__`` and the barrier ``__syncthreads()``.
+
+Kernels that use no workgroup (no ``lidx``: the default for elementwise and plain reduce kernels, whose
+global size counts work items) would otherwise run one thread per block, 1/32 of each warp. They are
+rendered as *flat* kernels instead: ``gidxN`` is the global thread index, out-of-range threads return at
+once, and the module exports ``fg_flat_launch`` so the runtime knows it may pick the block size itself.
+
+The source needs no CUDA headers (NVRTC's wheel ships none): ``half`` is a 16-bit struct that converts to
+and from float with the ``cvt`` instruction (its arithmetic is float arithmetic, rounded at every result,
+which for + - * / is the correctly rounded half result), vectors are ``fg_vec<T, N>`` structs and bit casts
+go through a union. bfloat16 never reaches a renderer (codegen emulates it with uint16 bits).
+
+>>> from fusegrad.renderer.cuda import CUDARenderer
+>>> r = CUDARenderer(arch="sm_80")
+>>> r.has_local, r.has_shared, r.render_special("lidx1"), r.arch
+(True, True, 'threadIdx.y', 'sm_80')
+"""
+from __future__ import annotations
+import copy, math, re
+from fusegrad.dtype import DType, PtrDType, dtypes
+from fusegrad.uop.ops import UOp, Ops, GroupOp
+from fusegrad.renderer.cstyle import CStyleLanguage
+
+# Everything a kernel may use, ahead of it. ``half`` has two constructors (float and double) and no others,
+# so the renderer converts other types explicitly (an int would be ambiguous between them).
+CUDA_PRELUDE = r"""#define INFINITY (__int_as_float(0x7f800000))
+#define NAN (__int_as_float(0x7fc00000))
+struct __align__(2) half {
+  unsigned short bits;
+  half() = default;
+  __device__ __forceinline__ half(float f) { asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(f)); }
+  __device__ __forceinline__ half(double d) { asm("cvt.rn.f16.f64 %0, %1;" : "=h"(bits) : "d"(d)); }
+  __device__ __forceinline__ operator float() const { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits)); return f; }
+};
+template <typename T, int N> struct fg_vec {
+  T v[N];
+  __device__ __forceinline__ T& operator[](int i) { return v[i]; }
+  __device__ __forceinline__ const T& operator[](int i) const { return v[i]; }
+};
+template <typename To, typename From> __device__ __forceinline__ To fg_bitcast(From x) {
+  static_assert(sizeof(To) == sizeof(From), "bitcast between types of different sizes");
+  union { From from; To to; } u; u.from = x; return u.to;   // (CUDA defines union type punning)
+}
+"""
+
+# exported by flat kernels (see the module doc); the runtime looks it up with cuModuleGetGlobal
+FLAT_LAUNCH_SYMBOL = "fg_flat_launch"
+FLAT_BLOCK = 256   # the most threads per block the runtime gives a flat kernel (its __launch_bounds__)
+
+# The dimension names of launch indices: gidx0/lidx0/idx0 are x.
+_DIMS = "xyz"
+
+def parse_arch(arch: str) -> int:
+    """``"sm_80"`` -> 80: the compute capability of an arch name (``compute_80`` also accepted).
+
+    >>> parse_arch("sm_90a")
+    90
+    """
+    if not isinstance(arch, str) or (match := re.fullmatch(r"(?:sm|compute)_(\d+)[af]?", arch)) is None:
+        raise ValueError(f"CUDA arch must look like 'sm_80', got {arch!r}")
+    return int(match.group(1))
+
+class CUDARenderer(CStyleLanguage):
+    """CUDA C for one GPU architecture (``arch``: ``"sm_80"``, ``"sm_90"``, ...). Usable without a GPU:
+    ``get_program(ast, CUDARenderer(arch="sm_80"))`` renders a kernel that ``CUDACompiler`` turns into PTX."""
+    device = "CUDA"
+    has_local = True
+    has_shared = True
+    vector_loops = False              # vectors only where codegen builds them (TC fragments); no gcc vector types
+    native_transcendentals = True     # exp2f/log2f/sinf are accurate to a few ulp on the GPU (no --use_fast_math)
+    local_max = (1024, 1024, 64)
+    local_max_threads = 1024
+    shared_max = 48 * 1024            # static __shared__ arrays; more needs dynamic shared memory
+    max_vector_bytes = 16
+    tensor_cores = []                 # see docs/decisions.md, "CUDA tensor cores"
+    kernel_prefix = 'extern "C" __global__ void '
+    smem_prefix = "__shared__ __align__(16) "
+    barrier = "__syncthreads();"
+    type_map = {**CStyleLanguage.type_map, dtypes.float16: "half", dtypes.bool: "bool"}
+
+    def __init__(self, arch: str = "sm_80"):
+        parse_arch(arch)
+        self.arch = arch
+    def __reduce__(self): return self.__class__, (self.arch,)
+    def __repr__(self) -> str: return f"CUDARenderer(arch={self.arch!r})"
+
+    # ---------------------------------------------------------------- types and constants
+    def render_dtype(self, dtype: DType) -> str:
+        if isinstance(dtype, PtrDType): return self.render_dtype(dtype.base) + "*"
+        if dtype.count > 1: return f"fg_vec<{self.render_dtype(dtype.scalar())}, {dtype.count}>"
+        return super().render_dtype(dtype)
+
+    def render_const(self, value, dtype: DType) -> str:
+        if dtypes.is_float(dtype) and (math.isnan(value) or math.isinf(value)):
+            text = "NAN" if math.isnan(value) else ("-INFINITY" if value < 0 else "INFINITY")
+            if dtype == dtypes.float64: text = f"((double){text})"
+            return f"half({text})" if dtype == dtypes.float16 else f"({text})"
+        if dtype == dtypes.float16: return f"half({float(value)!r}f)"
+        if dtype == dtypes.bool: return "true" if value else "false"
+        return super().render_const(value, dtype)
+
+    # ---------------------------------------------------------------- ALU, casts
+    def render_alu(self, u: UOp, s: list[str]) -> str:
+        if u.dtype.count > 1: raise NotImplementedError(f"the CUDA renderer has no vector {u.op} (vector_loops is off)")
+        value = super().render_alu(u, s)
+        # half arithmetic is float arithmetic (the struct converts); round the result back to half here, so
+        # every half-typed expression has type half (a ?: of half and float would be ambiguous in C++)
+        if u.dtype == dtypes.float16 and u.op not in (Ops.WHERE,) and not value.startswith("((half)"): return f"half({value})"
+        return value
+
+    def render_cast(self, dtype: DType, x: str, src_dtype: DType) -> str:
+        if dtype.count > 1: raise NotImplementedError("the CUDA renderer has no vector casts (vector_loops is off)")
+        if dtype == dtypes.float16:
+            # through double for 64-bit sources (int64 -> float would round once before half rounds again)
+            wide = src_dtype in (dtypes.float64, dtypes.int64, dtypes.uint64)
+            return f"half(({'double' if wide else 'float'})({x}))"
+        if src_dtype == dtypes.float16:   # half -> T goes through float (its only conversion)
+            if dtype == dtypes.bool: return f"((float)({x})!=0.0f)"
+            return f"(({self.render_dtype(dtype)})(float)({x}))"
+        return super().render_cast(dtype, x, src_dtype)
+
+    def render_bitcast(self, dtype: DType, x: str, src_dtype: DType) -> str:
+        return f"fg_bitcast<{self.render_dtype(dtype)}>(({self.render_dtype(src_dtype)})({x}))"
+
+    # ---------------------------------------------------------------- kernel structure
+    def render_special(self, name: str) -> str:
+        kind, dim = name.rstrip("012"), name[-1]
+        if dim not in "012" or kind not in ("gidx", "lidx", "idx"): raise ValueError(f"unknown launch index {name!r}")
+        axis = _DIMS[int(dim)]
+        if kind == "lidx": return f"threadIdx.{axis}"
+        if kind == "gidx" and not self._flat: return f"blockIdx.{axis}"
+        return f"(blockIdx.{axis}*blockDim.{axis}+threadIdx.{axis})"   # a global thread index
+
+    def render_param(self, u: UOp, name: str) -> str:
+        return f"{self.render_dtype(u.dtype.base)}* __restrict__ {name}"
+
+    def vector_typedefs(self, uops: list[UOp]) -> str: return ""   # fg_vec<T, N> is in the prelude
+
+    def render_kernel(self, name: str, params: list[str], body: list[str]) -> str:
+        bounds = f"__launch_bounds__({self._threads}) " if self._threads else ""
+        exported = f'extern "C" __device__ const int {FLAT_LAUNCH_SYMBOL} = 1;\n' if self._flat else ""
+        body = ([f"  if ({self._guard}) return;"] if self._guard else []) + body
+        return CUDA_PRELUDE + exported + f"{self.kernel_prefix}{bounds}{name}({', '.join(params)}) {{\n" + "\n".join(body) + "\n}\n"
+
+    def render(self, name: str, uops: list[UOp]) -> str:
+        specials = [u for u in uops if u.op is Ops.SPECIAL]
+        # the launch style is per kernel: a copy of the renderer carries it (the renderer itself is shared by threads)
+        kernel = copy.copy(self)
+        # flat: group indices without local ones, and nothing that needs a workgroup (shared memory, barriers)
+        kernel._flat = any(u.arg.startswith("gidx") for u in specials) and not any(u.arg.startswith("lidx") for u in specials) \
+            and not any(u.op in (Ops.DEFINE_LOCAL, Ops.BARRIER) for u in uops)
+        local_sizes = [u.src[0].arg if u.src[0].op is Ops.CONST else None for u in specials if u.arg.startswith("lidx")]
+        kernel._threads = FLAT_BLOCK if kernel._flat else (math.prod(local_sizes) if local_sizes and None not in local_sizes else 0)
+        # threads past the global size (in the last block of a dimension) return first thing, before any memory access
+        kernel._guard = " || ".join(f"{kernel.render_special(u.arg)} >= {self._size_expr(u.src[0])}"
+                                    for u in sorted(specials, key=lambda u: u.arg)) if kernel._flat else ""
+        return CStyleLanguage.render(kernel, name, uops)
+
+    def _size_expr(self, size: UOp) -> str:
+        """C for a launch size: a constant, or an expression of the kernel's variables."""
+        if size.op is Ops.CONST: return str(size.arg)
+        if size.op is Ops.DEFINE_VAR: return f"{size.arg[0]}_arg"   # (a parameter: declared before any statement)
+        if size.op in GroupOp.ALU and len(size.src) == 2:
+            infix = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "/", Ops.MOD: "%", Ops.SUB: "-"}
+            if size.op in infix: return f"({self._size_expr(size.src[0])}{infix[size.op]}{self._size_expr(size.src[1])})"
+            if size.op is Ops.MAX: return f"max({self._size_expr(size.src[0])}, {self._size_expr(size.src[1])})"
+        raise NotImplementedError(f"can't render the launch size {size}")
+
+    _flat, _threads, _guard = False, 0, ""   # per kernel, set on the copy that renders it

@@ -1,0 +1,328 @@
+"""The CL device (OpenCL through the ICD loader; PoCL on these machines), in the normal suite: a representative
+subset on CL — ops against numpy, gradients against PyTorch, matmul, convs, reductions (long ones grouped over a
+workgroup), random optimization action lists with LOCAL/GROUP/GROUPTOP/PADTO, JIT replay, copies — plus what is
+particular to the backend (names, instances, the program cache, profiling, errors). test_cl_suite.py runs the
+full op, gradient, JIT and opt tests with ``DEV=CL``. Skipped only where no OpenCL runtime is installed."""
+import ctypes, random
+import numpy as np
+import pytest
+import torch
+from fusegrad import Tensor, Device, dtypes, TinyJit, GlobalCounters, Context
+from fusegrad.codegen import get_program
+from fusegrad.codegen.opt import Opt, OptOps, KernelOptError, apply_opt, hand_coded_optimizations
+from fusegrad.device import CompileError, Buffer, probe_device
+from fusegrad.renderer.opencl import OpenCLRenderer
+from helpers import assert_tensor, rand_np, run_kernel, random_action_list, searchable_ast, count_kernels
+
+def _cl_available() -> bool:
+    try: Device["CL"]
+    except RuntimeError: return False
+    return True
+
+pytestmark = pytest.mark.skipif(not _cl_available(), reason="no OpenCL runtime here (apt-get install ocl-icd-libopencl1 pocl-opencl-icd)")
+CL = "CL"
+
+# ---------------------------------------------------------------- the device
+
+def test_device_names():
+    for name in ("cl", "CL:0", "GPU", "gpu:0", "OpenCL"): assert Device.canonicalize(name) == CL
+    assert Device.canonicalize("gpu:1") == "CL:1"
+    assert isinstance(Device[CL].renderer, OpenCLRenderer)
+    assert Device["GPU"] is Device[CL]
+
+def test_second_instance_is_separate_memory_and_copies_work(rng):
+    """PoCL has one device: CL:1 is a second instance of it (own context and memory), as CPU:1 is of the CPU."""
+    x = rng.standard_normal((5, 7)).astype(np.float32)
+    a = Tensor(x, device=CL)
+    b = (a.to("CL:1") * 2).realize()
+    assert b.device == "CL:1" and Device["CL:1"] is not Device[CL] and Device["CL:1"].context.value != Device[CL].context.value
+    np.testing.assert_array_equal(b.to("CPU").numpy(), x * 2)
+    np.testing.assert_array_equal((b.to(CL) + a).numpy(), x * 3)
+
+def test_shard_over_two_instances(rng):
+    x = rng.standard_normal((8, 6)).astype(np.float32)
+    t = Tensor(x).shard(("CL", "CL:1"), axis=0)
+    np.testing.assert_allclose((t * 2).sum(0).numpy(), (x * 2).sum(0), rtol=1e-5, atol=1e-6)
+
+def test_probe_lists_cl_as_passing():
+    """``python -m fusegrad.device`` prints this row."""
+    works, reason = probe_device(CL)
+    assert works, reason
+
+def test_copies_in_and_out_round_trip(rng):
+    for dtype in (dtypes.uint8, dtypes.int64, dtypes.float64, dtypes.bool, dtypes.float16):
+        x = rand_np(rng, (3, 11), dtype)
+        buf = Buffer(CL, x.size, dtype).allocate().copyin(memoryview(np.ascontiguousarray(x)).cast("B"))
+        np.testing.assert_array_equal(np.frombuffer(buf.as_buffer(), dtype=x.dtype).reshape(x.shape), x)
+
+def test_program_binary_is_cached_and_loads(rng):
+    """The compiler returns the driver's program binary (clGetProgramInfo); compile_cached keeps it on disk, and a
+    program made from the cached binary runs."""
+    from fusegrad.engine.realize import CompiledRunner
+    device = Device[CL]
+    a = Tensor(np.arange(16, dtype=np.float32), device=CL).realize()
+    item = (a * 3 + 1).schedule()[-1]
+    program = get_program(item.ast, device.renderer)
+    first = device.compiler.compile_cached(program.src)
+    assert isinstance(first, bytes) and len(first) > 0 and device.compiler.compile_cached(program.src) == first
+    for b in item.bufs: b.ensure_allocated()
+    CompiledRunner(program, precompiled=first)(item.bufs, {})
+    np.testing.assert_array_equal(item.outputs[0].numpy(), np.arange(16, dtype=np.float32) * 3 + 1)
+
+def test_kernel_times_come_from_profiling_events():
+    from fusegrad.engine.realize import CompiledRunner
+    a = Tensor(np.ones((256, 256), np.float32), device=CL).realize()
+    item = (a.exp() * 2).schedule()[-1]
+    for b in item.bufs: b.ensure_allocated()
+    runner = CompiledRunner(get_program(item.ast, Device[CL].renderer))
+    elapsed = runner(item.bufs, {}, wait=True)
+    assert isinstance(elapsed, float) and 0 < elapsed < 10
+    assert runner(item.bufs, {}, wait=False) is None
+
+def test_source_is_opencl_c():
+    a = Tensor(np.ones((64, 1024), np.float32), device=CL)
+    src = get_program(a.sum(1).schedule()[-1].ast, Device[CL].renderer, [Opt(OptOps.GROUPTOP, 1, 16), Opt(OptOps.LOCAL, 0, 4)]).src
+    for piece in ("__kernel void", "__global float* restrict", "__local float", "barrier(CLK_LOCAL_MEM_FENCE);", "get_group_id(0)", "get_local_id(0)"):
+        assert piece in src, piece
+    nolocals = get_program((a + 1).schedule()[-1].ast, Device[CL].renderer, [Opt(OptOps.NOLOCALS)]).src
+    assert "get_global_id(0)" in nolocals and "get_local_id" not in nolocals
+
+# ---------------------------------------------------------------- errors
+
+def test_missing_opencl_library_is_a_clear_error(monkeypatch):
+    from fusegrad.runtime import ops_cl
+    def no_library(*args, **kwargs): raise OSError("libOpenCL.so.1: cannot open shared object file")
+    monkeypatch.setattr(ops_cl.ctypes, "CDLL", no_library)
+    with pytest.raises(RuntimeError, match="ocl-icd-libopencl1 pocl-opencl-icd"): ops_cl.opencl.__wrapped__()
+
+def test_bad_source_is_a_compile_error_with_the_build_log():
+    with pytest.raises(CompileError, match="OpenCL build failed"): Device[CL].compiler.compile("__kernel void k(__global float* a) { a[0] = undefined_name; }")
+
+def test_unaligned_view_is_a_clear_error():
+    buf = Buffer(CL, 64, dtypes.float32).allocate()
+    with pytest.raises(NotImplementedError, match="multiples of"): buf.view(4, dtypes.float32, 4).ensure_allocated()
+    aligned = buf.view(4, dtypes.float32, Device[CL].base_alignment).ensure_allocated()
+    assert aligned.numpy().shape == (4,)
+
+def test_workgroup_limits_come_from_the_device():
+    renderer = Device[CL].renderer
+    assert renderer.local_max_threads >= 64 and renderer.shared_max >= 16384
+    a = Tensor(np.ones((8192, 4), np.float32), device=CL)
+    ast = searchable_ast((a + 1).schedule()[-1].ast)
+    with pytest.raises(KernelOptError, match="exceeds"): apply_opt(ast, Opt(OptOps.LOCAL, 0, 8192), renderer)
+    with pytest.raises(KernelOptError, match="no threads"): apply_opt(ast, Opt(OptOps.THREAD, 0, 2), renderer)
+
+# ---------------------------------------------------------------- ops against numpy
+
+UNARY = {"neg": (lambda t: -t, np.negative), "exp": (Tensor.exp, np.exp), "log": (Tensor.log, np.log),
+         "sqrt": (Tensor.sqrt, np.sqrt), "sin": (Tensor.sin, np.sin), "relu": (Tensor.relu, lambda x: np.maximum(x, 0)),
+         "reciprocal": (Tensor.reciprocal, np.reciprocal), "trunc": (Tensor.trunc, np.trunc)}
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float64, dtypes.float16])
+def test_unary(name, dtype, rng):
+    ours, theirs = UNARY[name]
+    x = rand_np(rng, (7, 33), dtype, low=0.1 if name in ("log", "sqrt") else -3, high=3)
+    assert_tensor(ours(Tensor(x, device=CL)), theirs(x), dtype, rtol=2e-6 if dtype == dtypes.float32 else None)
+
+def test_half_arithmetic_rounds_like_ieee_half(rng):
+    """Without cl_khr_fp16 half values compute in float, each result rounded to half: same bits as numpy's half."""
+    x, y = rand_np(rng, (200,), dtypes.float16, -100, 100), rand_np(rng, (200,), dtypes.float16, -100, 100)
+    a, b = Tensor(x, device=CL), Tensor(y, device=CL)
+    for ours, theirs in ((a + b, x + y), (a * b, x * y), (a / b, x / y), (a - b * a, x - y * x)):
+        np.testing.assert_array_equal(ours.numpy(), theirs)
+    specials = np.array([np.inf, -np.inf, np.nan, 65504, 6e-8, -0.0], np.float16)
+    np.testing.assert_array_equal(Tensor(specials, device=CL).bitcast(dtypes.uint16).numpy(), specials.view(np.uint16))
+    big = np.array([1e6, -1e6, 65519.0, 65520.0, 1e-9], np.float64)
+    with np.errstate(over="ignore"): want = big.astype(np.float16)
+    np.testing.assert_array_equal(Tensor(big, device=CL).cast(dtypes.float16).numpy(), want)
+
+BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "lt": np.less, "eq": np.equal, "ne": np.not_equal}
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.int32, dtypes.int8, dtypes.uint8, dtypes.int64, dtypes.uint64, dtypes.bool])
+def test_binary(name, dtype, rng):
+    if dtype == dtypes.bool and name == "sub": return   # numpy has no bool subtraction either
+    x, y = rand_np(rng, (5, 40), dtype), rand_np(rng, (5, 40), dtype)
+    a, b = Tensor(x, device=CL), Tensor(y, device=CL)
+    ours = {"add": a + b, "sub": a - b, "mul": a * b, "max": a.maximum(b), "lt": a < b, "eq": a == b, "ne": a != b}[name]
+    assert_tensor(ours, BINARY[name](x, y))
+
+@pytest.mark.parametrize("dtype", [dtypes.int32, dtypes.int8, dtypes.int64, dtypes.uint32])
+def test_integer_division_never_traps(dtype):
+    """PoCL runs on x86, where x / 0 and MIN / -1 raise SIGFPE: they give 0, 0 and MIN, as on every device."""
+    np_type, low = np.dtype(dtype.fmt), dtypes.min(dtype)
+    minus_one = -1 if not dtypes.is_unsigned(dtype) else 3
+    x = np.array([7, -7 if not dtypes.is_unsigned(dtype) else 9, 7, low, low, 5, 0, 100], dtype=np_type)
+    y = np.array([2, 2, 0, minus_one, 0, 3, 0, 7], dtype=np_type)
+    quotient = [0 if b == 0 else (abs(a) // abs(b)) * (1 if (a < 0) == (b < 0) else -1) for a, b in zip(x.astype(object), y.astype(object))]
+    remainder = [0 if b == 0 else a - b * q for a, b, q in zip(x.astype(object), y.astype(object), quotient)]
+    wrap = lambda values: np.array([int(v) & ((1 << (8 * dtype.itemsize)) - 1) for v in values], dtype=np.uint64).astype(np_type)
+    a, b = Tensor(x, device=CL), Tensor(y, device=CL)
+    assert_tensor(a.idiv(b), wrap(quotient))
+    assert_tensor(a.fmod(b), wrap(remainder))
+
+CASTS = [(dtypes.float32, dtypes.int32), (dtypes.float32, dtypes.uint8), (dtypes.int32, dtypes.float16), (dtypes.float64, dtypes.float16),
+         (dtypes.float16, dtypes.float64), (dtypes.int8, dtypes.int64), (dtypes.uint16, dtypes.int32), (dtypes.int64, dtypes.int8),
+         (dtypes.float32, dtypes.bool), (dtypes.bool, dtypes.float32), (dtypes.int32, dtypes.bool), (dtypes.uint32, dtypes.float32)]
+
+@pytest.mark.parametrize("source,target", CASTS)
+def test_cast(source, target, rng):
+    x = rand_np(rng, (3, 37), source, low=0 if dtypes.is_unsigned(target) else None, high=100 if source != dtypes.bool else None)
+    assert_tensor(Tensor(x, device=CL).cast(target), x.astype(np.dtype(target.fmt)), target)
+
+def test_bitcast_where_and_special_values():
+    x = np.array([1.0, -2.0, 0.0, np.inf, -np.inf, np.nan, -0.0, 1e-40] * 5, np.float32)
+    t = Tensor(x, device=CL)
+    assert_tensor(t.bitcast(dtypes.uint32), x.view(np.uint32))
+    assert_tensor((t > 0).where(t, -t), np.where(x > 0, x, -x))
+    with np.errstate(all="ignore"):
+        assert_tensor(t.maximum(0.5), np.maximum(x, 0.5))
+        zero = Tensor(np.zeros_like(x), device=CL)   # (a constant 0 is folded away before codegen: x * 0 is 0, as on every device)
+        assert_tensor(t * zero + np.inf, x * 0 + np.inf)
+        assert_tensor(t != t, x != x)
+    assert_tensor(Tensor(np.arange(-3, 4, dtype=np.int64) * 2**40, device=CL) >> 3, (np.arange(-3, 4, dtype=np.int64) * 2**40) >> 3)
+
+# ---------------------------------------------------------------- reductions, matmul, conv
+
+@pytest.mark.parametrize("shape,axis", [((1000,), None), ((37, 129), 1), ((64, 48), 0), ((4, 5, 6, 7), (0, 2)), ((3, 4096), 1)])
+def test_reductions(shape, axis, rng):
+    x = rng.standard_normal(shape).astype(np.float32)
+    t = Tensor(x, device=CL)
+    assert_tensor(t.sum(axis), x.sum(axis), rtol=1e-4, atol=1e-4)
+    assert_tensor(t.max(axis), x.max(axis))
+    assert_tensor(t.mean(axis), x.mean(axis), rtol=1e-4, atol=1e-5)
+    assert_tensor(Tensor(x.astype(np.int32), device=CL).sum(axis), x.astype(np.int32).sum(axis).astype(np.int32))
+
+def test_long_reductions_are_grouped_over_a_workgroup(rng):
+    """Few outputs and a long reduce: the heuristic splits the reduce over the threads of a workgroup (GROUPTOP)."""
+    x = rng.standard_normal((3, 4096)).astype(np.float32)
+    item = Tensor(x, device=CL).sum(1).schedule()[-1]
+    opts = hand_coded_optimizations(searchable_ast(item.ast), Device[CL].renderer)
+    assert any(o.op is OptOps.GROUPTOP for o in opts), opts
+    np.testing.assert_allclose(run_kernel(item, None, CL)[0], x.sum(1), rtol=1e-4, atol=1e-4)
+
+def test_matvec_uses_grouped_threads_per_row(rng):
+    a, v = rng.standard_normal((256, 1024)).astype(np.float32), rng.standard_normal(1024).astype(np.float32)
+    item = (Tensor(a, device=CL) @ Tensor(v, device=CL)).schedule()[-1]
+    opts = hand_coded_optimizations(searchable_ast(item.ast), Device[CL].renderer)
+    assert {o.op for o in opts} >= {OptOps.GROUP, OptOps.LOCAL, OptOps.UPCAST}, opts
+    np.testing.assert_allclose(run_kernel(item, None, CL)[0], a @ v, rtol=1e-4, atol=1e-4)
+
+@pytest.mark.parametrize("m,k,n", [(128, 256, 96), (33, 17, 65), (1, 512, 1)])
+def test_matmul(m, k, n, rng):
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    assert_tensor(Tensor(a, device=CL) @ Tensor(b, device=CL), a @ b, rtol=1e-4, atol=1e-4)
+
+def test_matmul_gets_a_register_tile_and_workgroups(rng):
+    a = Tensor(rng.standard_normal((128, 64)).astype(np.float32), device=CL)
+    item = (a @ a.T).schedule()[-1]
+    opts = hand_coded_optimizations(searchable_ast(item.ast), Device[CL].renderer)
+    assert sum(o.op is OptOps.UPCAST for o in opts) == 2 and any(o.op is OptOps.LOCAL for o in opts), opts
+
+def test_padded_conv(rng):
+    x, w = rng.standard_normal((2, 16, 14, 14)).astype(np.float32), rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+    out = Tensor(x, device=CL).conv2d(Tensor(w, device=CL), padding=1)
+    want = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), padding=1).numpy()
+    assert_tensor(out, want, rtol=1e-4, atol=1e-4)
+
+def test_conv_and_pool_gradients_match_torch(rng):
+    x, w = rng.standard_normal((2, 3, 12, 12)).astype(np.float32), rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    tx, tw = Tensor(x, device=CL, requires_grad=True), Tensor(w, device=CL, requires_grad=True)
+    tx.conv2d(tw, stride=2, padding=1).relu().max_pool2d().square().sum().backward()
+    px, pw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    torch.nn.functional.max_pool2d(torch.nn.functional.conv2d(px, pw, stride=2, padding=1).relu(), 2).square().sum().backward()
+    np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(tw.grad.numpy(), pw.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+GRADIENT_FUNCTIONS = {"tanh": (lambda t: t.tanh(), torch.tanh), "sigmoid": (lambda t: t.sigmoid(), torch.sigmoid),
+                      "softmax": (lambda t: t.softmax(-1), lambda t: t.softmax(-1)),
+                      "log_softmax": (lambda t: t.log_softmax(-1), lambda t: t.log_softmax(-1)),
+                      "gelu": (lambda t: t.gelu(), lambda t: torch.nn.functional.gelu(t, approximate="tanh")),
+                      "layernorm": (lambda t: t.layernorm(), lambda t: torch.nn.functional.layer_norm(t, (20,), eps=1e-5)),
+                      "cumsum": (lambda t: t.cumsum(1), lambda t: t.cumsum(1))}
+
+@pytest.mark.parametrize("name", sorted(GRADIENT_FUNCTIONS))
+def test_gradients_match_torch(name, rng):
+    x = rng.standard_normal((6, 20)).astype(np.float32)
+    fn, torch_fn = GRADIENT_FUNCTIONS[name]
+    ours = Tensor(x, device=CL, requires_grad=True)
+    (fn(ours) * Tensor(np.arange(20, dtype=np.float32), device=CL)).sum().backward()
+    theirs = torch.tensor(x, requires_grad=True)
+    (torch_fn(theirs) * torch.arange(20, dtype=torch.float32)).sum().backward()
+    np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-3, atol=1e-4)
+
+# ---------------------------------------------------------------- kernel counts and the JIT
+
+def test_kernel_counts_match_the_cpu(rng):
+    """Scheduling doesn't depend on the device: a training step's graph is the same number of kernels on CL."""
+    def step(device):
+        x = Tensor(rng.standard_normal((16, 32)).astype(np.float32), device=device)
+        w = Tensor(rng.standard_normal((32, 10)).astype(np.float32), device=device, requires_grad=True).realize()
+        loss = (x @ w).log_softmax(-1).mean()
+        return [loss, *loss.gradient(w)]
+    assert count_kernels(*step(CL)) == count_kernels(*step("CPU"))
+
+def test_jit_replays_on_cl(rng):
+    w = Tensor(rng.standard_normal((32, 16)).astype(np.float32), device=CL).realize()
+    @TinyJit
+    def fn(x): return (x @ w).relu().sum(1).realize()
+    for _ in range(4):
+        x = rng.standard_normal((8, 32)).astype(np.float32)
+        np.testing.assert_allclose(fn(Tensor(x, device=CL)).numpy(), np.maximum(x @ w.numpy(), 0).sum(1), rtol=1e-4, atol=1e-4)
+    assert len(fn.jit_cache) == 1
+    GlobalCounters.reset()
+    fn(Tensor(rng.standard_normal((8, 32)).astype(np.float32), device=CL))
+    assert GlobalCounters.kernel_count == 1
+
+# ---------------------------------------------------------------- optimization actions on a real runtime
+
+GPU_ACTIONS = [[Opt(OptOps.LOCAL, 0, 8), Opt(OptOps.GROUP, 3, 16)], [Opt(OptOps.GROUPTOP, 2, 32), Opt(OptOps.UPCAST, 0, 4)],
+               [Opt(OptOps.PADTO, 0, 32), Opt(OptOps.LOCAL, 0, 32)], [Opt(OptOps.PADTO, 1, 32), Opt(OptOps.GROUP, 2, 16)],
+               [Opt(OptOps.NOLOCALS), Opt(OptOps.UPCAST, 0, 2)], [Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.UNROLL, 3, 4), Opt(OptOps.GROUP, 3, 4)]]
+
+@pytest.mark.parametrize("opts", GPU_ACTIONS, ids=lambda opts: "+".join(f"{o.op.name}{o.axis}" for o in opts))
+def test_workgroup_actions_compute_the_same(opts, rng):
+    """A 40x64 @ 64x24 matmul (axes: 40, 24, reduce 64) under workgroup actions, padding included."""
+    x, y = rng.standard_normal((40, 64)).astype(np.float32), rng.standard_normal((64, 24)).astype(np.float32)
+    item = (Tensor(x, device=CL) @ Tensor(y, device=CL)).relu().schedule()[-1]
+    np.testing.assert_allclose(run_kernel(item, opts, CL)[0].reshape(40, 24), np.maximum(x @ y, 0), rtol=1e-4, atol=1e-4)
+
+def _training_items():
+    rng = np.random.default_rng(3)
+    x = Tensor(rng.standard_normal((4, 8, 10, 10)).astype(np.float32), device=CL).realize()
+    w = Tensor(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), device=CL, requires_grad=True).realize()
+    v = Tensor(rng.standard_normal((48, 40)).astype(np.float32), device=CL, requires_grad=True).realize()
+    loss = x.conv2d(w, padding=1).relu().mean() + (v @ v.T).softmax(-1).sum() + v.max(0).sum()
+    return Tensor.schedule(loss, *loss.gradient(w, v))
+
+def test_random_action_lists_match_unoptimized():
+    """Legal action lists (BEAM's candidates, LOCAL/GROUP/GROUPTOP/PADTO among them, picked at random) must
+    compute what the unoptimized kernel computes, on a real OpenCL runtime."""
+    from fusegrad.engine.realize import lower_schedule_item
+    from fusegrad.uop.ops import Ops
+    choose, checked, kinds = random.Random(0), 0, set()
+    for item in _training_items():
+        if item.ast.op is Ops.SINK:
+            reference = run_kernel(item, [], CL)
+            for _ in range(2):   # (PoCL compiles a kernel in about half a second)
+                _, opts = random_action_list(searchable_ast(item.ast), Device[CL].renderer, choose)
+                kinds |= {o.op for o in opts}
+                for got, want in zip(run_kernel(item, opts, CL), reference):
+                    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True, err_msg=f"{item.ast.arg} with {opts}")
+                checked += 1
+        lower_schedule_item(item).run()   # later kernels read its outputs
+    assert checked >= 8 and kinds & {OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP}, kinds
+
+def test_beam_times_workgroup_actions_on_the_device(monkeypatch, rng):
+    """BEAM over LOCAL/GROUP actions, timed with CL profiling events; the result computes the same sums."""
+    from fusegrad.codegen.opt import search
+    monkeypatch.setattr(search, "candidate_actions", lambda ast, renderer: [Opt(OptOps.GROUPTOP, 1, 16), Opt(OptOps.LOCAL, 0, 4),
+                                                                             Opt(OptOps.GROUP, 1, 8)])
+    x = rng.standard_normal((16, 2048)).astype(np.float32)
+    item = Tensor(x, device=CL).sum(1).schedule()[-1]
+    with Context(IGNORE_BEAM_CACHE=1):
+        monkeypatch.setenv("BEAM_MAX_ROUNDS", "1")
+        opts = search.beam_search(searchable_ast(item.ast), Device[CL].renderer, 2)
+    assert all(o.op in (OptOps.GROUPTOP, OptOps.LOCAL, OptOps.GROUP, OptOps.UNROLL, OptOps.UPCAST) for o in opts)
+    np.testing.assert_allclose(run_kernel(item, opts, CL)[0], x.sum(1), rtol=1e-4, atol=1e-4)

@@ -1,0 +1,396 @@
+"""The CUDA device (renderer/cuda.py, runtime/ops_cuda.py).
+
+Two parts:
+
+- Everywhere (CI has no GPU): every kernel of a broad sweep of ops — elementwise work in every dtype (half and
+  bfloat16 included), casts, reductions, matmul, conv, softmax, indexing, random numbers, symbolic shapes — and
+  kernels optimized with LOCAL / GROUP / GROUPTOP / UPCAST / UNROLL / NOLOCALS and random BEAM-style action lists
+  are rendered with ``CUDARenderer(arch="sm_80")`` and compiled to PTX by NVRTC, and the PTX is checked (the
+  kernel's ``.entry``, shared memory and barriers for grouped reduces, launch bounds) and, where ``ptxas`` is
+  installed (the nvidia-cuda-nvcc wheel), assembled for sm_80.
+- With a GPU (``@pytest.mark.cuda``, skipped with the reason where there is none): the same ops run on the GPU
+  against numpy, plus copies, timing, flat and NOLOCALS launches and the TinyJit CUDA graph.
+"""
+import ctypes, functools, glob, os, random, re, shutil, subprocess, sys, tempfile
+import numpy as np
+import pytest
+from fusegrad import Tensor, Device, dtypes, TinyJit, Variable
+from fusegrad.codegen import get_program
+from fusegrad.codegen.opt import Opt, OptOps, KernelOptError, apply_opt
+from fusegrad.device import probe_device, CompileError
+from fusegrad.renderer.cuda import CUDARenderer, FLAT_LAUNCH_SYMBOL, parse_arch
+from fusegrad.runtime.ops_cuda import CUDACompiler, flat_block, divisor_block
+from helpers import assert_tensor, rand_np, run_kernel, random_action_list, searchable_ast, NP_DTYPES
+
+ARCH = "sm_80"
+RENDERER = CUDARenderer(arch=ARCH)
+
+@functools.lru_cache(None)
+def compiler() -> CUDACompiler: return CUDACompiler(ARCH)
+
+def ptxas_path() -> str | None:
+    """ptxas from the nvidia-cuda-nvcc wheel or the PATH (None: PTX is checked by NVRTC alone)."""
+    for site in sys.path:
+        for found in glob.glob(os.path.join(site, "nvidia", "cu*", "bin", "ptxas")) + glob.glob(os.path.join(site, "nvidia", "cuda_nvcc", "bin", "ptxas")):
+            if os.access(found, os.X_OK): return found
+    return shutil.which("ptxas")
+
+def compile_kernel(ast, opts=None) -> tuple:
+    """(ProgramSpec, PTX text) of a kernel AST rendered for CUDA with ``opts`` (None: the heuristic's)."""
+    program = get_program(ast, RENDERER, opts)
+    ptx = compiler().compile(program.src).decode()
+    assert re.search(rf"\.entry {program.name}\(", ptx), f"no .entry {program.name} in the PTX"
+    assert f".target {ARCH}" in ptx
+    return program, ptx
+
+def assemble(ptxs: list[str]) -> None:
+    """Assemble PTX to sm_80 machine code with ptxas, where it is installed."""
+    if (ptxas := ptxas_path()) is None or not ptxs: return
+    with tempfile.TemporaryDirectory() as folder:
+        for i, ptx in enumerate(ptxs):
+            path = os.path.join(folder, f"k{i}.ptx")
+            with open(path, "w") as f: f.write(ptx)
+            result = subprocess.run([ptxas, f"-arch={ARCH}", path, "-o", os.path.join(folder, f"k{i}.cubin")], capture_output=True, text=True)
+            assert result.returncode == 0, f"ptxas rejected the PTX:\n{result.stderr}\n{ptx[:3000]}"
+
+def kernels_of(*tensors: Tensor) -> list:
+    """The kernel ASTs of realizing ``tensors`` (copies and other non-kernel items left out)."""
+    items = Tensor.schedule(*tensors) if len(tensors) > 1 else tensors[0].schedule()
+    return [item.ast for item in items if item.ast.op.name == "SINK"]
+
+# ---------------------------------------------------------------- the op sweep (built on CPU tensors, rendered for CUDA)
+
+FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+ALL_DTYPES = NP_DTYPES + (dtypes.bfloat16,)
+
+def empty(*shape, dtype=dtypes.float32) -> Tensor: return Tensor.empty(*shape, dtype=dtype, device="CPU")
+
+def _elementwise(dtype) -> list[Tensor]:
+    a, b = empty(33, 7, dtype=dtype), empty(7, dtype=dtype)
+    if dtype == dtypes.bool: return [a & b, a | b, a ^ b, a.logical_not(), a.where(b, a), a == b]
+    out = [a + b, a * b, a - b, a.maximum(b), a < b, a != b, (a < b).where(a, b), a.cast(dtypes.float32)]
+    if dtypes.is_int(dtype): out += [a // b, a % b, a & b, a ^ b, a << 3, a >> 1]
+    if dtypes.is_float(dtype):
+        out += [a / b, a.exp(), a.log(), a.sin(), a.sqrt(), a.reciprocal(), a.trunc(), a.pow(b), a.tanh(), a.sigmoid(), -a]
+    return out
+
+def _casts() -> list[Tensor]:
+    return [empty(16, dtype=src).cast(dst) for src in ALL_DTYPES for dst in ALL_DTYPES if src != dst]
+
+def _reductions() -> list[Tensor]:
+    a = empty(12, 40, 9)
+    out = [a.sum(), a.sum(1), a.max(0), a.mean((0, 2)), a.argmax(1), a.std(2), a.softmax(-1), a.cumsum(1), a.logsumexp(0)]
+    for dtype in (dtypes.float16, dtypes.bfloat16, dtypes.int32, dtypes.uint8, dtypes.float64, dtypes.bool):
+        out += [empty(64, 30, dtype=dtype).sum(1), empty(64, 30, dtype=dtype).max(0)]
+    return out
+
+def _linear_algebra() -> list[Tensor]:
+    out = []
+    for dtype in (dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.float64, dtypes.int32):
+        out.append(empty(48, 40, dtype=dtype) @ empty(40, 24, dtype=dtype))
+    out.append(empty(2, 3, 12, 12).conv2d(empty(8, 3, 3, 3), padding=1, stride=2))
+    out.append(empty(2, 4, 10, 10, dtype=dtypes.float16).conv2d(empty(4, 1, 3, 3, dtype=dtypes.float16), groups=4))
+    out.append(empty(2, 3, 8, 8).max_pool2d(2) + empty(2, 3, 8, 8).avg_pool2d(2))
+    return out
+
+def _movement_and_indexing() -> list[Tensor]:
+    a = empty(6, 10)
+    index = Tensor.empty(6, 4, dtype=dtypes.int32, device="CPU")
+    return [a.pad(((1, 2), (0, 3))) + 1, a.flip(1) * 2, a[1:5, ::2] + 1, a.permute(1, 0).contiguous() + 0, a.gather(1, index),
+            a.repeat(2, 1) * 3, Tensor.arange(40, device="CPU").reshape(5, 8) + 1, Tensor.eye(9, device="CPU") + 0]
+
+def _random() -> list[Tensor]:
+    Tensor.manual_seed(0)
+    return [Tensor.rand(100, device="CPU"), Tensor.randn(64, device="CPU", dtype=dtypes.float16), Tensor.randint(50, high=9, device="CPU")]
+
+SWEEP = {"elementwise_" + repr(d).removeprefix("dtypes."): functools.partial(_elementwise, d) for d in ALL_DTYPES}
+SWEEP.update({"casts": _casts, "reductions": _reductions, "linear_algebra": _linear_algebra,
+              "movement_and_indexing": _movement_and_indexing, "random": _random})
+
+@pytest.mark.parametrize("group", list(SWEEP))
+def test_every_kernel_compiles_to_ptx(group):
+    """Each kernel of the group renders for sm_80, NVRTC compiles it, and ptxas (where installed) assembles it."""
+    tensors = SWEEP[group]()
+    asts = list(dict.fromkeys(ast for t in tensors for ast in kernels_of(t)))
+    assert asts, "the group scheduled no kernels"
+    ptxs = [compile_kernel(ast)[1] for ast in asts]
+    assemble(ptxs)
+
+def test_symbolic_shape_kernel_compiles_and_guards_its_launch():
+    """A kernel over a Variable-sized axis takes the variable as a 64-bit argument; the flat guard uses it."""
+    n = Variable("n", 1, 1000)
+    t = (Tensor.empty(1000, device="CPU")[:n.bind(10)] * 2)
+    (ast,) = kernels_of(t)
+    program, ptx = compile_kernel(ast)
+    assert "const long long n_arg" in program.src and "n_arg" in program.src.split("return;")[0]
+    assert ".param .u64" in ptx or ".param .s64" in ptx
+
+# ---------------------------------------------------------------- optimized kernels: locals, groups, random action lists
+
+def matmul_ast(n=64, dtype=dtypes.float32):
+    return searchable_ast(kernels_of(empty(n, n, dtype=dtype) @ empty(n, n, dtype=dtype))[-1])
+
+@pytest.mark.parametrize("opts", [
+    [Opt(OptOps.LOCAL, 0, 16), Opt(OptOps.LOCAL, 1, 16)],
+    [Opt(OptOps.LOCAL, 0, 8), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 3, 4)],
+    [Opt(OptOps.GROUP, 2, 16)],
+    [Opt(OptOps.GROUPTOP, 2, 32), Opt(OptOps.LOCAL, 0, 4)],
+], ids=["local", "local_upcast_unroll", "group", "grouptop_local"])
+def test_workgroup_kernels_use_thread_and_block_indices(opts):
+    program, ptx = compile_kernel(matmul_ast(), opts)
+    threads = int(np.prod(program.local_size))
+    assert threads > 1 and "threadIdx.x" in program.src and "blockIdx.x" in program.src
+    assert FLAT_LAUNCH_SYMBOL not in program.src and FLAT_LAUNCH_SYMBOL not in ptx   # the runtime keeps the local size
+    assert re.search(rf"\.maxntid {threads}, 1, 1", ptx), "the launch bounds are the workgroup's size"
+    if any(o.op in (OptOps.GROUP, OptOps.GROUPTOP) for o in opts):
+        assert "__shared__" in program.src and "__syncthreads();" in program.src
+        assert "st.shared" in ptx and "ld.shared" in ptx and "bar.sync" in ptx
+    assemble([ptx])
+
+def test_grouped_reduce_of_half_and_bfloat16():
+    for dtype in (dtypes.float16, dtypes.bfloat16):
+        ast = searchable_ast(kernels_of(empty(16, 256, dtype=dtype).sum(1))[-1])
+        _, ptx = compile_kernel(ast, [Opt(OptOps.GROUPTOP, 1, 64)])
+        assert "bar.sync" in ptx and "ld.shared" in ptx
+        assemble([ptx])
+
+def test_flat_kernel_has_its_marker_guard_and_bounds():
+    (ast,) = kernels_of(empty(1000, 3) + 1)
+    program, ptx = compile_kernel(ast)
+    assert program.local_size == [1, 1, 1] and "lidx" not in program.src
+    assert f"{FLAT_LAUNCH_SYMBOL}" in ptx and ".maxntid 256, 1, 1" in ptx
+    # the guard comes before any statement: no thread past the global size touches memory
+    body = program.src.split(f"{program.name}(")[1].split("\n")
+    assert body[1] == "  if ((blockIdx.x*blockDim.x+threadIdx.x) >= 3 || (blockIdx.y*blockDim.y+threadIdx.y) >= 1000) return;"
+
+def test_nolocals_kernel_uses_global_thread_index():
+    (ast,) = kernels_of(empty(1000) * 2)
+    program, ptx = compile_kernel(searchable_ast(ast), [Opt(OptOps.NOLOCALS, 0, None)])
+    assert program.local_size is None and "(blockIdx.x*blockDim.x+threadIdx.x)" in program.src
+    assert FLAT_LAUNCH_SYMBOL not in ptx   # tiled exactly by the runtime (divisor_block), no guard
+    assemble([ptx])
+
+def test_random_action_lists_compile():
+    """BEAM-style random action lists on a matmul, a conv, a reduce and a half softmax all compile and assemble."""
+    choose = random.Random(18)
+    asts = [matmul_ast(32), matmul_ast(32, dtypes.float16),
+            searchable_ast(kernels_of(empty(1, 4, 10, 10).conv2d(empty(8, 4, 3, 3)))[-1]),
+            searchable_ast(kernels_of(empty(32, 96).sum(1))[-1]),
+            searchable_ast(kernels_of(empty(8, 64, dtype=dtypes.float16).softmax(-1))[-1])]
+    ptxs = []
+    for ast in asts:
+        for _ in range(3):
+            _, opts = random_action_list(ast, RENDERER, choose)
+            ptxs.append(compile_kernel(ast, opts)[1])
+    assemble(ptxs)
+
+def test_workgroup_limits_are_the_gpus():
+    with pytest.raises(KernelOptError, match="1024"):   # 2048 threads in one block
+        apply_opt(apply_opt(matmul_ast(), Opt(OptOps.LOCAL, 0, 32), RENDERER), Opt(OptOps.GROUP, 3, 64), RENDERER)
+    assert (RENDERER.local_max_threads, RENDERER.local_max, RENDERER.shared_max) == (1024, (1024, 1024, 64), 48 * 1024)
+
+# ---------------------------------------------------------------- tensor cores
+
+def test_no_tensor_cores_declared():
+    """fusegrad's TensorCore is a per-thread instruction; mma.sync needs fragments spread over a warp's 32 lanes,
+    which codegen doesn't model yet (docs/decisions.md, "CUDA tensor cores"), so TC is refused with a clear reason."""
+    assert RENDERER.tensor_cores == []
+    with pytest.raises(KernelOptError, match="declares none"):
+        apply_opt(matmul_ast(dtype=dtypes.float16), Opt(OptOps.TC, 0, 0), RENDERER)
+
+# ---------------------------------------------------------------- renderer and compiler without a device
+
+def test_renderer_needs_no_device_and_pickles():
+    import pickle
+    assert pickle.loads(pickle.dumps(RENDERER)).arch == ARCH
+    assert CUDARenderer(arch="sm_90").arch == "sm_90" and parse_arch("compute_86") == 86
+    with pytest.raises(ValueError, match="sm_80"): CUDARenderer(arch="ampere")
+
+def test_launch_indices():
+    assert [RENDERER.render_special(n) for n in ("gidx0", "gidx2", "lidx0", "lidx1", "idx0")] == \
+        ["blockIdx.x", "blockIdx.z", "threadIdx.x", "threadIdx.y", "(blockIdx.x*blockDim.x+threadIdx.x)"]
+
+def test_special_float_constants():
+    assert RENDERER.render_const(float("nan"), dtypes.float32) == "(NAN)"
+    assert RENDERER.render_const(float("-inf"), dtypes.float16) == "half(-INFINITY)"
+    assert RENDERER.render_const(float("inf"), dtypes.float64) == "(((double)INFINITY))"
+    assert RENDERER.render_const(0.5, dtypes.float16) == "half(0.5f)"
+
+def test_compile_error_names_the_problem():
+    with pytest.raises(CompileError, match="undefined"):
+        compiler().compile('extern "C" __global__ void k(float* x) { x[0] = not_declared; }')
+
+def test_cubin_output_and_cache_key():
+    src = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] = 1.0f; }'
+    cubin = CUDACompiler(ARCH, output="cubin").compile(src)
+    assert cubin[:4] == b"\x7fELF"   # machine code for sm_80, no driver JIT needed
+    assert CUDACompiler(ARCH).cachekey != CUDACompiler(ARCH, output="cubin").cachekey != CUDACompiler("sm_90", output="cubin").cachekey
+    with pytest.raises(ValueError): CUDACompiler(ARCH, output="sass")
+
+def test_block_choices():
+    assert flat_block((3000, 1, 1)) == (256, 1, 1) and flat_block((3, 1000, 1)) == (3, 85, 1)
+    assert divisor_block((1000, 1, 1)) == (250, 1, 1) and divisor_block((997, 1, 1)) == (1, 1, 1)
+    assert np.prod(divisor_block((64, 64, 64))) <= 256
+
+# ---------------------------------------------------------------- the device
+
+def _gpu_reason() -> str | None:
+    """Why the CUDA device can't run here (None when it can)."""
+    works, reason = probe_device("CUDA")
+    return None if works else reason
+
+GPU_MISSING = _gpu_reason()
+
+def test_device_is_listed_with_its_state():
+    """``python -m fusegrad.device`` lists CUDA: PASS with a GPU, else FAIL saying that there is no driver/GPU."""
+    from fusegrad.device import RUNTIMES, list_devices
+    assert RUNTIMES["CUDA"] == "ops_cuda" and Device.canonicalize("cuda:0") == "CUDA" and Device.canonicalize("cuda:1") == "CUDA:1"
+    (row,) = [r for r in list_devices() if r[0] == "CUDA"]
+    if GPU_MISSING is None: assert row[1] and "result correct" in row[2]
+    else: assert not row[1] and "RuntimeError" in row[2] and "no CUDA driver/GPU" in row[2]
+
+cuda = pytest.mark.skipif(GPU_MISSING is not None, reason=f"no CUDA GPU here ({GPU_MISSING})")
+
+@pytest.mark.cuda
+@cuda
+@pytest.mark.parametrize("dtype", [d for d in NP_DTYPES if d != dtypes.bool] + [dtypes.bfloat16])
+def test_gpu_elementwise_matches_numpy(dtype):
+    rng = np.random.default_rng(0)
+    x, y = rand_np(rng, (33, 7), dtype), rand_np(rng, (7,), dtype, low=1, high=5)
+    if dtype == dtypes.bfloat16:   # the values bfloat16 holds, so comparisons agree with numpy's
+        x, y = (Tensor(v, dtype=dtype, device="CPU").float().numpy() for v in (x, y))
+    a, b = Tensor(x, device="CUDA", dtype=dtype), Tensor(y, device="CUDA", dtype=dtype)
+    for got, expected in ((a + b, x + y), (a * b, x * y), (a.maximum(b), np.maximum(x, y)), (a < b, x < y)):
+        assert_tensor(got, expected, dtype=got.dtype)
+    if dtypes.is_float(dtype):
+        assert_tensor((a * a + 1).sqrt().log(), np.log(np.sqrt(x.astype(np.float64) ** 2 + 1)), dtype=dtype)
+
+@pytest.mark.cuda
+@cuda
+def test_gpu_reductions_matmul_conv():
+    import torch
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((2, 3, 12, 12)).astype(np.float32), rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    t = Tensor(x, device="CUDA")
+    assert_tensor(t.sum(), x.sum(), rtol=1e-4)
+    assert_tensor(t.max(1), x.max(1))
+    assert_tensor(t.softmax(-1), torch.tensor(x).softmax(-1).numpy(), rtol=1e-5, atol=1e-6)
+    assert_tensor(t.conv2d(Tensor(w, device="CUDA"), padding=1), torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), padding=1).numpy(), rtol=1e-4, atol=1e-4)
+    m = rng.standard_normal((70, 50)).astype(np.float16)
+    assert_tensor(Tensor(m, device="CUDA") @ Tensor(m.T.copy(), device="CUDA"), (m.astype(np.float32) @ m.T.astype(np.float32)), rtol=2e-2, atol=2e-1)
+
+@pytest.mark.cuda
+@cuda
+@pytest.mark.parametrize("opts", [[Opt(OptOps.LOCAL, 0, 16), Opt(OptOps.LOCAL, 1, 8)], [Opt(OptOps.GROUP, 2, 16)],
+                                  [Opt(OptOps.GROUPTOP, 2, 32), Opt(OptOps.UPCAST, 0, 2)], [Opt(OptOps.NOLOCALS, 0, None)], []])
+def test_gpu_optimized_kernels_match_the_cpu(opts):
+    rng = np.random.default_rng(2)
+    x, y = rng.standard_normal((64, 64)).astype(np.float32), rng.standard_normal((64, 64)).astype(np.float32)
+    (item,) = (Tensor(x, device="CUDA") @ Tensor(y, device="CUDA")).schedule()[-1:]
+    np.testing.assert_allclose(run_kernel(item, opts, "CUDA")[0].reshape(64, 64), x @ y, rtol=1e-4, atol=1e-4)
+
+@pytest.mark.cuda
+@cuda
+def test_gpu_copies_small_and_pinned():
+    for n in (3, 1 << 20):   # below and above the pinned staging threshold
+        x = np.arange(n, dtype=np.float32)
+        t = Tensor(x, device="CUDA")
+        np.testing.assert_array_equal(t.numpy(), x)
+        np.testing.assert_array_equal((t + 1).to("CPU").numpy(), x + 1)
+
+@pytest.mark.cuda
+@cuda
+def test_gpu_odd_sizes_and_variables():
+    x = np.arange(997 * 3, dtype=np.float32)   # a prime: the last flat block is partly out of range
+    assert_tensor(Tensor(x, device="CUDA") * 2, x * 2)
+    n = Variable("n", 1, 100)
+    t = Tensor(np.arange(100, dtype=np.float32), device="CUDA")
+    for size in (7, 64):
+        assert t[:n.bind(size)].sum().item() == sum(range(size))
+
+@pytest.mark.cuda
+@cuda
+def test_gpu_kernel_timing():
+    (item,) = (Tensor.empty(1 << 20, device="CUDA") * 2).schedule()[-1:]
+    from fusegrad.engine.realize import CompiledRunner
+    for b in item.bufs: b.ensure_allocated()
+    elapsed = CompiledRunner(get_program(item.ast, Device["CUDA"].renderer))(item.bufs, {}, wait=True)
+    assert elapsed is not None and 0 < elapsed < 10
+
+@pytest.mark.cuda
+@cuda
+def test_gpu_jit_replays_a_cuda_graph():
+    from fusegrad.runtime.ops_cuda import CUDAGraph
+    @TinyJit
+    def step(a: Tensor, b: Tensor) -> Tensor: return ((a @ b).relu() + 1).sum(0).realize()
+    rng = np.random.default_rng(3)
+    for _ in range(4):
+        x, y = rng.standard_normal((16, 16)).astype(np.float32), rng.standard_normal((16, 16)).astype(np.float32)
+        got = step(Tensor(x, device="CUDA"), Tensor(y, device="CUDA")).numpy()
+        np.testing.assert_allclose(got, (np.maximum(x @ y, 0) + 1).sum(0), rtol=1e-4, atol=1e-4)
+    assert isinstance(step.captured.graph, CUDAGraph)
+
+# ---------------------------------------------------------------- the runtime's plumbing, on a fake driver (no GPU needed)
+
+class FakeDriver:
+    """Just enough of libcuda for the allocator, copies and launches: device memory is host memory, modules are
+    the images given, and launches are recorded with their argument values (no kernel runs)."""
+    def __init__(self):
+        self.memory, self.launches = {}, []
+    def __getattr__(self, name):
+        if name.startswith("cu"): return lambda *args: 0   # context, stream, event calls: succeed, do nothing
+        raise AttributeError(name)
+    def cuDeviceGetCount(self, count): count._obj.value = 1; return 0
+    def cuDeviceGetAttribute(self, value, attribute, device): value._obj.value = {75: 8, 76: 0}.get(attribute, 0); return 0
+    def cuMemAlloc_v2(self, pointer, size):
+        block = ctypes.create_string_buffer(size)
+        pointer._obj.value = ctypes.addressof(block)
+        self.memory[pointer._obj.value] = block
+        return 0
+    def cuMemFree_v2(self, address): del self.memory[address]; return 0
+    def cuMemHostAlloc(self, pointer, size, flags): return self.cuMemAlloc_v2(pointer, size)
+    def cuMemcpyHtoD_v2(self, dest, src, size): ctypes.memmove(dest, src, size); return 0
+    def cuMemcpyDtoH_v2(self, dest, src, size): ctypes.memmove(dest, src, size); return 0
+    def cuMemcpyHtoDAsync_v2(self, dest, src, size, stream): ctypes.memmove(dest, src, size); return 0
+    def cuMemcpyDtoHAsync_v2(self, dest, src, size, stream): ctypes.memmove(dest, src, size); return 0
+    def cuModuleLoadData(self, module, image): self.image = image; return 0
+    def cuModuleGetGlobal_v2(self, address, size, module, name): return 0 if name in self.image else 500   # CUDA_ERROR_NOT_FOUND
+    def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        values = [ctypes.c_uint64.from_address(params[i]).value for i in range(self.arguments)]
+        self.launches.append(((gx, gy, gz), (bx, by, bz), values))
+        return 0
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    from fusegrad.runtime import ops_cuda
+    driver = FakeDriver()
+    monkeypatch.setattr(ops_cuda, "libcuda", lambda: driver)
+    return driver, ops_cuda.CUDADevice("CUDA")
+
+def test_runtime_on_a_fake_driver_copies_both_ways(fake_cuda):
+    driver, device = fake_cuda
+    assert device.arch == "sm_80" and device.compiler.output == "cubin"
+    for n in (5, 1 << 15):   # small (direct) and large (through the pinned staging buffer)
+        data = np.arange(n, dtype=np.float32)
+        pointer = device.allocator.alloc(data.nbytes)
+        device.allocator._copyin(pointer, memoryview(data.tobytes()))
+        out = memoryview(bytearray(data.nbytes))
+        device.allocator._copyout(out, pointer)
+        np.testing.assert_array_equal(np.frombuffer(out, np.float32), data)
+        view = memoryview(bytearray(8))
+        device.allocator._copyout(view, device.allocator._offset(pointer, 8, 8))   # elements 2 and 3
+        np.testing.assert_array_equal(np.frombuffer(view, np.float32), data[2:4])
+
+def test_runtime_on_a_fake_driver_launches(fake_cuda):
+    driver, device = fake_cuda
+    flat = device.runtime("E_1000_3", b"... fg_flat_launch ...")
+    assert flat.flat
+    driver.arguments = 3
+    flat(0x1000, 0x2000, global_size=(3, 1000, 1), local_size=(1, 1, 1), vals=(7,))
+    workgroup = device.runtime("r_4_4", b"no marker")
+    workgroup(0x3000, global_size=(4, 4, 1), local_size=(16, 8, 1), vals=(-1, 5))
+    nolocals = device.runtime("E_1000", b"no marker")
+    nolocals(0x4000, 0x5000, 0x6000, global_size=(1000, 1, 1), local_size=None)
+    assert driver.launches == [((1, 12, 1), (3, 85, 1), [0x1000, 0x2000, 7]),   # flat: ceil(1000 / 85) blocks of 3 x 85
+                               ((4, 4, 1), (16, 8, 1), [0x3000, 2**64 - 1, 5]),  # exact; -1 travels as a 64-bit int
+                               ((4, 1, 1), (250, 1, 1), [0x4000, 0x5000, 0x6000])]
