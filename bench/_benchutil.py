@@ -1,4 +1,5 @@
-"""Shared plumbing for bench_jit.py and bench_kernels.py (not a benchmark itself).
+"""Shared plumbing for the bench scripts (bench_jit.py, bench_kernels.py, bench_fusion.py, bench_prefill.py; not a
+benchmark itself).
 
 Every measurement runs in a child process (the same script, started with ``--child JSON``), so
 that
@@ -140,6 +141,60 @@ def import_framework(name: str):
 def device_sync(Device) -> Callable[[], None]:
     dev = Device[Device.DEFAULT]
     return dev.synchronize
+
+def fusegrad_kernel_time(build: Callable[[], Any], reps: int) -> tuple[float, int]:
+    """Median of the compiled kernel calls only (GlobalCounters.time_sum_s after ExecItem.run(wait=True)) over
+    ``reps`` runs after one untimed run, for the graph ``build()`` returns, scheduled and lowered untimed.
+    Returns (seconds, kernels)."""
+    from fusegrad import GlobalCounters
+    from fusegrad.engine.realize import lower_schedule_item
+    items = [lower_schedule_item(si) for si in build().schedule()]
+    for ei in items:
+        for b in ei.bufs: b.ensure_allocated()
+    times = []
+    for i in range(reps + 1):
+        GlobalCounters.reset()
+        for ei in items: ei.run(wait=True)
+        if i: times.append(GlobalCounters.time_sum_s)
+    return statistics.median(times), len(items)
+
+def torch_gpt2(torch, c: dict) -> type:
+    """The GPT-2 module class, written in PyTorch, for config ``c`` (layers, dim, heads, vocab, context): pre-norm
+    blocks with a KV cache, ``scaled_dot_product_attention``, tanh GELU, and a tied output projection of the last
+    position only, as ``fusegrad.examples.gpt2`` does. ``GPT2()(tokens, start_pos)`` returns the logits."""
+    F = torch.nn.functional
+    dim, heads, head_dim, ctx = c["dim"], c["heads"], c["dim"] // c["heads"], c["context"]
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1, self.ln_2 = torch.nn.LayerNorm(dim), torch.nn.LayerNorm(dim)
+            self.c_attn, self.c_proj = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+            self.c_fc, self.mlp_proj = torch.nn.Linear(dim, 4 * dim), torch.nn.Linear(4 * dim, dim)
+            self.register_buffer("cache", torch.zeros(2, 1, heads, ctx, head_dim), persistent=False)
+        def forward(self, x, start_pos: int):
+            bsz, seqlen, _ = x.shape
+            q, k, v = self.c_attn(self.ln_1(x)).split(dim, dim=-1)
+            q, k, v = [z.view(bsz, seqlen, heads, head_dim).transpose(1, 2) for z in (q, k, v)]
+            self.cache[0, :, :, start_pos:start_pos + seqlen] = k
+            self.cache[1, :, :, start_pos:start_pos + seqlen] = v
+            keys, values = self.cache[0, :, :, :start_pos + seqlen], self.cache[1, :, :, :start_pos + seqlen]
+            attn = F.scaled_dot_product_attention(q, keys, values, is_causal=seqlen > 1)
+            h = x + self.c_proj(attn.transpose(1, 2).reshape(bsz, seqlen, dim))
+            return h + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(h)), approximate="tanh"))
+
+    class GPT2(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = torch.nn.Embedding(c["vocab"], dim), torch.nn.Embedding(ctx, dim)
+            self.h = torch.nn.ModuleList(Block() for _ in range(c["layers"]))
+            self.ln_f = torch.nn.LayerNorm(dim)
+        def forward(self, tokens, start_pos: int):
+            x = self.wte(tokens) + self.wpe.weight[start_pos:start_pos + tokens.shape[1]]
+            for block in self.h: x = block(x, start_pos)
+            return self.ln_f(x[:, -1]) @ self.wte.weight.T   # tied output projection, last position only
+
+    return GPT2
 
 def cache_entries(path: str) -> str:
     """What a throwaway cache dir holds: rows per sqlite table and shared libraries (to show that the

@@ -19,10 +19,10 @@ time ÷ this time, >1: faster than torch). fusegrad times are wall times of real
 (bench/_benchutil.py); medians; no assertions on timings.
 """
 from __future__ import annotations
-import argparse, os, statistics, sys
+import argparse, os, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _benchutil import run_sections, ChildRunner, fmt, import_framework, import_torch, median_time, print_table, ratio, status
+from _benchutil import run_sections, ChildRunner, fmt, fusegrad_kernel_time, import_framework, import_torch, median_time, print_table, ratio, status
 
 SECTIONS = ["randn_matmul", "tail"]
 
@@ -43,21 +43,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 # ================================================================ child tasks (each in a fresh process)
-
-def _kernel_time(build, reps: int) -> tuple[float, int]:
-    """Median time of the compiled kernels of one realize of ``build()`` (scheduled once, untimed),
-    and how many kernels that is."""
-    from fusegrad import GlobalCounters
-    from fusegrad.engine.realize import lower_schedule_item
-    items = [lower_schedule_item(si) for si in build().schedule()]
-    for ei in items:
-        for b in ei.bufs: b.ensure_allocated()
-    times = []
-    for i in range(reps + 1):
-        GlobalCounters.reset()
-        for ei in items: ei.run(wait=True)
-        if i: times.append(GlobalCounters.time_sum_s)
-    return statistics.median(times), len(items)
 
 def _graphs(t: dict, tensor_cls, randn):
     """(fused graph builder, reference graph builder) of the task, for either framework."""
@@ -82,8 +67,8 @@ def task_fusion(t: dict) -> dict:
     if t["task"] == "randn_matmul": fused = lambda: Tensor.randn(t["n"], t["n"]) @ Tensor.randn(t["n"], t["n"])
     result = {"fused": median_time(lambda: fused().numpy(), reps, warmup=2),
               "reference": median_time(lambda: reference().numpy(), reps, warmup=2)}
-    result["fused_kernel"], result["kernels"] = _kernel_time(fused, reps)
-    result["reference_kernel"], _ = _kernel_time(reference, reps)
+    result["fused_kernel"], result["kernels"] = fusegrad_kernel_time(fused, reps)
+    result["reference_kernel"], _ = fusegrad_kernel_time(reference, reps)
     return result
 
 TASKS = {"randn_matmul": task_fusion, "tail": task_fusion}

@@ -24,7 +24,7 @@ import argparse, os, re, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _benchutil import (run_sections, ChildRunner, SkipPeer, cache_entries, child_main, device_sync, fmt, import_framework, import_torch, median_time, print_header,
-                        print_table, ratio, report_load_after, status)
+                        print_table, ratio, report_load_after, status, torch_gpt2)
 
 SECTIONS = ["replay", "eager", "mlp", "gpt2"]
 
@@ -204,38 +204,7 @@ def task_gpt2(t: dict) -> dict:
 
 def _torch_gpt2(t: dict, c: dict, prompt: list[int]) -> dict:
     torch = import_torch(t["threads"])
-    F = torch.nn.functional
-    dim, heads, head_dim, ctx = c["dim"], c["heads"], c["dim"] // c["heads"], c["context"]
-
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln_1, self.ln_2 = torch.nn.LayerNorm(dim), torch.nn.LayerNorm(dim)
-            self.c_attn, self.c_proj = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
-            self.c_fc, self.mlp_proj = torch.nn.Linear(dim, 4 * dim), torch.nn.Linear(4 * dim, dim)
-            self.register_buffer("cache", torch.zeros(2, 1, heads, ctx, head_dim), persistent=False)
-        def forward(self, x, start_pos: int):
-            bsz, seqlen, _ = x.shape
-            q, k, v = self.c_attn(self.ln_1(x)).split(dim, dim=-1)
-            q, k, v = [z.view(bsz, seqlen, heads, head_dim).transpose(1, 2) for z in (q, k, v)]
-            self.cache[0, :, :, start_pos:start_pos + seqlen] = k
-            self.cache[1, :, :, start_pos:start_pos + seqlen] = v
-            keys, values = self.cache[0, :, :, :start_pos + seqlen], self.cache[1, :, :, :start_pos + seqlen]
-            attn = F.scaled_dot_product_attention(q, keys, values, is_causal=seqlen > 1)
-            h = x + self.c_proj(attn.transpose(1, 2).reshape(bsz, seqlen, dim))
-            return h + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(h)), approximate="tanh"))
-
-    class GPT2(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.wte, self.wpe = torch.nn.Embedding(c["vocab"], dim), torch.nn.Embedding(ctx, dim)
-            self.h = torch.nn.ModuleList(Block() for _ in range(c["layers"]))
-            self.ln_f = torch.nn.LayerNorm(dim)
-        def forward(self, tokens, start_pos: int):
-            x = self.wte(tokens) + self.wpe.weight[start_pos:start_pos + tokens.shape[1]]
-            for block in self.h: x = block(x, start_pos)
-            return self.ln_f(x[:, -1]) @ self.wte.weight.T   # tied output projection, last position only
-
+    GPT2 = torch_gpt2(torch, c)
     torch.manual_seed(0)
     st = time.perf_counter()
     model = GPT2().eval()

@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse, os, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _benchutil import (run_sections, ChildRunner, child_main, device_sync, fmt, import_framework, import_torch, median_time, print_header,
+from _benchutil import (run_sections, ChildRunner, child_main, device_sync, fmt, fusegrad_kernel_time, import_framework, import_torch, median_time, print_header,
                         print_table, ratio, report_load_after, status)
 
 SECTIONS = ["matmul", "elementwise", "mnist", "conv", "bf16"]
@@ -62,23 +62,6 @@ def _rel_err(x, ref) -> float:
     import numpy as np
     x, ref = np.asarray(x, dtype=np.float64), np.asarray(ref, dtype=np.float64)
     return float(np.max(np.abs(x - ref)) / max(float(np.max(np.abs(ref))), 1e-30))
-
-def _fusegrad_kernel_time(build, reps: int) -> tuple[float, int]:
-    """Median of the compiled kernel calls only (GlobalCounters.time_sum_s after ExecItem.run(wait=True)),
-    for a graph built, scheduled and lowered untimed. Returns (seconds, kernels)."""
-    import statistics
-    from fusegrad import GlobalCounters
-    from fusegrad.engine.realize import lower_schedule_item
-    out = build()
-    items = [lower_schedule_item(si) for si in out.schedule()]
-    for ei in items:
-        for b in ei.bufs: b.ensure_allocated()
-    times = []
-    for i in range(reps + 1):
-        GlobalCounters.reset()
-        for ei in items: ei.run(wait=True)
-        if i: times.append(GlobalCounters.time_sum_s)
-    return statistics.median(times), len(items)
 
 def _inputs(shapes, seed=0):
     import numpy as np
@@ -122,7 +105,7 @@ def task_matmul(t: dict) -> dict:
     with Context(BEAM=beam):
         st = time.perf_counter(); out = (a @ b).realize(); first = time.perf_counter() - st
         err = _rel_err(out.numpy(), ref)
-        kernel, kernels = _fusegrad_kernel_time(lambda: a @ b, reps)
+        kernel, kernels = fusegrad_kernel_time(lambda: a @ b, reps)
         e2e = median_time(lambda: (a @ b).realize(), max(1, reps // 2), warmup=0)
     return {"t": kernel, "e2e": e2e, "first": first, "err": err, "kernels": kernels, **found}
 
@@ -144,7 +127,7 @@ def task_elementwise(t: dict) -> dict:
     err = _rel_err(fn().realize().numpy(), ref)
     e2e = median_time(lambda: fn().realize(), reps, warmup=1, sync=sync)
     if fw_name == "tinygrad": return {"t": e2e, "err": err}
-    kernel, kernels = _fusegrad_kernel_time(fn, reps)
+    kernel, kernels = fusegrad_kernel_time(fn, reps)
     return {"t": kernel, "e2e": e2e, "err": err, "kernels": kernels}
 
 def task_mnist(t: dict) -> dict:
@@ -249,7 +232,7 @@ def task_bf16(t: dict) -> dict:
     with Context(TC=t["tc"]):
         a, b = Tensor(an).cast(dtypes.bfloat16).realize(), Tensor(bn).cast(dtypes.bfloat16).realize()
         err = _rel_err((a @ b).float().numpy(), ref)
-        kernel, kernels = _fusegrad_kernel_time(lambda: a @ b, reps)
+        kernel, kernels = fusegrad_kernel_time(lambda: a @ b, reps)
     return {"t": kernel, "err": err, "kernels": kernels}
 
 TASKS = {"matmul": task_matmul, "elementwise": task_elementwise, "mnist": task_mnist, "conv": task_conv, "bf16": task_bf16}

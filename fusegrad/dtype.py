@@ -109,26 +109,21 @@ def _default_dtype(value: "DType | str", kind: str) -> "DType":
         raise ValueError(f"DEFAULT_{kind.upper()}={value} is not a usable {kind} dtype")
     return dtype
 
+def _default_dtype_property(kind: str) -> property:
+    """``dtypes.default_<kind>``: reads the DEFAULT_<KIND> context variable; assigning sets it (checked by _default_dtype)."""
+    def variable():
+        import fusegrad.helpers   # imported when used: this module loads no other fusegrad module
+        return getattr(fusegrad.helpers, f"DEFAULT_{kind.upper()}")
+    def getter(cls) -> "DType": return _default_dtype(variable().value, kind)
+    def setter(cls, dtype: "DType | str") -> None: variable().value = _default_dtype(dtype, kind)
+    return property(getter, setter)
+
 class _DefaultDtypes(type):
     """``dtypes.default_float`` / ``dtypes.default_int`` read the DEFAULT_FLOAT / DEFAULT_INT context variables (their
     environment variables, or ``Context(DEFAULT_FLOAT="float16")``), like tinygrad's. Assigning them sets the
     variable, for code written for older tinygrad (``dtypes.default_float = dtypes.half``)."""
-    @property
-    def default_float(cls) -> "DType":
-        from fusegrad.helpers import DEFAULT_FLOAT
-        return _default_dtype(DEFAULT_FLOAT.value, "float")
-    @default_float.setter
-    def default_float(cls, dtype: "DType | str") -> None:
-        from fusegrad.helpers import DEFAULT_FLOAT
-        DEFAULT_FLOAT.value = _default_dtype(dtype, "float")
-    @property
-    def default_int(cls) -> "DType":
-        from fusegrad.helpers import DEFAULT_INT
-        return _default_dtype(DEFAULT_INT.value, "int")
-    @default_int.setter
-    def default_int(cls, dtype: "DType | str") -> None:
-        from fusegrad.helpers import DEFAULT_INT
-        DEFAULT_INT.value = _default_dtype(dtype, "int")
+    default_float = _default_dtype_property("float")
+    default_int = _default_dtype_property("int")
     def __dir__(cls) -> list[str]: return sorted(set(super().__dir__()) | {"default_float", "default_int"})
 
 class dtypes(metaclass=_DefaultDtypes):

@@ -189,3 +189,125 @@ def random_action_list(ast, renderer, choose, max_depth: int = 4) -> tuple:
             opts.append(action)
             break
     return ast, opts
+
+# ---------------------------------------------------------------- device test bodies shared by test/runtime/test_ops_*.py
+# Each takes the device name; the device's test file parametrizes and calls it (and keeps what is particular to it).
+
+UNARY_OPS = {"neg": (lambda t: -t, np.negative), "exp": (Tensor.exp, np.exp), "log": (Tensor.log, np.log),
+             "sqrt": (Tensor.sqrt, np.sqrt), "sin": (Tensor.sin, np.sin), "relu": (Tensor.relu, lambda x: np.maximum(x, 0)),
+             "reciprocal": (Tensor.reciprocal, np.reciprocal), "trunc": (Tensor.trunc, np.trunc)}
+
+def check_unary(device: str, name: str, dtype: DType, rng) -> None:
+    ours, theirs = UNARY_OPS[name]
+    x = rand_np(rng, (7, 33), dtype, low=0.1 if name in ("log", "sqrt") else -3, high=3)
+    assert_tensor(ours(Tensor(x, device=device)), theirs(x), dtype, rtol=2e-6 if dtype == dtypes.float32 else None)
+
+BINARY_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "lt": np.less, "eq": np.equal, "ne": np.not_equal}
+
+def check_binary(device: str, name: str, dtype: DType, rng) -> None:
+    if dtype == dtypes.bool and name == "sub": return   # numpy has no bool subtraction either
+    x, y = rand_np(rng, (5, 40), dtype), rand_np(rng, (5, 40), dtype)
+    a, b = Tensor(x, device=device), Tensor(y, device=device)
+    ours = {"add": a + b, "sub": a - b, "mul": a * b, "max": a.maximum(b), "lt": a < b, "eq": a == b, "ne": a != b}[name]
+    assert_tensor(ours, BINARY_OPS[name](x, y))
+
+def check_integer_division(device: str, dtype: DType) -> None:
+    """x / 0, x % 0 and MIN / -1 give 0, 0 and MIN (two's complement wrap), whatever the hardware does (SIGFPE on x86)."""
+    np_type, low = np.dtype(dtype.fmt), dtypes.min(dtype)
+    minus_one = -1 if not dtypes.is_unsigned(dtype) else 3
+    x = np.array([7, -7 if not dtypes.is_unsigned(dtype) else 9, 7, low, low, 5, 0, 100], dtype=np_type)
+    y = np.array([2, 2, 0, minus_one, 0, 3, 0, 7], dtype=np_type)
+    wide_x, wide_y = x.astype(object), y.astype(object)   # exact Python ints: C's truncating division by hand
+    quotient = [0 if b == 0 else (abs(a) // abs(b)) * (1 if (a < 0) == (b < 0) else -1) for a, b in zip(wide_x, wide_y)]
+    remainder = [0 if b == 0 else a - b * q for a, b, q in zip(wide_x, wide_y, quotient)]
+    wrap = lambda values: np.array([int(v) & ((1 << (8 * dtype.itemsize)) - 1) for v in values], dtype=np.uint64).astype(np_type)
+    a, b = Tensor(x, device=device), Tensor(y, device=device)
+    assert_tensor(a.idiv(b), wrap(quotient))
+    assert_tensor(a.fmod(b), wrap(remainder))
+
+CASTS = [(dtypes.float32, dtypes.int32), (dtypes.float32, dtypes.uint8), (dtypes.int32, dtypes.float16), (dtypes.float64, dtypes.float16),
+         (dtypes.float16, dtypes.float64), (dtypes.int8, dtypes.int64), (dtypes.uint16, dtypes.int32), (dtypes.int64, dtypes.int8),
+         (dtypes.float32, dtypes.bool), (dtypes.bool, dtypes.float32), (dtypes.int32, dtypes.bool), (dtypes.uint32, dtypes.float32)]
+
+def check_cast(device: str, source: DType, target: DType, rng) -> None:
+    x = rand_np(rng, (3, 37), source, low=0 if dtypes.is_unsigned(target) else None, high=100 if source != dtypes.bool else None)
+    assert_tensor(Tensor(x, device=device).cast(target), x.astype(np.dtype(target.fmt)), target)
+
+def check_reductions(device: str, shape: tuple, axis, rng) -> None:
+    x = rng.standard_normal(shape).astype(np.float32)
+    t = Tensor(x, device=device)
+    assert_tensor(t.sum(axis), x.sum(axis), rtol=1e-4, atol=1e-4)
+    assert_tensor(t.max(axis), x.max(axis))
+    assert_tensor(t.mean(axis), x.mean(axis), rtol=1e-4, atol=1e-5)
+    assert_tensor(Tensor(x.astype(np.int32), device=device).sum(axis), x.astype(np.int32).sum(axis).astype(np.int32))
+
+def check_matmul(device: str, m: int, k: int, n: int, rng) -> None:
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    assert_tensor(Tensor(a, device=device) @ Tensor(b, device=device), a @ b, rtol=1e-4, atol=1e-4)
+
+def check_padded_conv(device: str, rng) -> None:
+    import torch
+    x, w = rng.standard_normal((2, 16, 14, 14)).astype(np.float32), rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+    out = Tensor(x, device=device).conv2d(Tensor(w, device=device), padding=1)
+    want = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), padding=1).numpy()
+    assert_tensor(out, want, rtol=1e-4, atol=1e-4)
+
+def check_conv_and_pool_gradients(device: str, rng) -> None:
+    """Gradients of a strided, padded conv -> relu -> max_pool2d -> square -> sum match PyTorch's."""
+    import torch
+    x, w = rng.standard_normal((2, 3, 12, 12)).astype(np.float32), rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    tx, tw = Tensor(x, device=device, requires_grad=True), Tensor(w, device=device, requires_grad=True)
+    tx.conv2d(tw, stride=2, padding=1).relu().max_pool2d().square().sum().backward()
+    px, pw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    torch.nn.functional.max_pool2d(torch.nn.functional.conv2d(px, pw, stride=2, padding=1).relu(), 2).square().sum().backward()
+    np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(tw.grad.numpy(), pw.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+GRADIENT_FUNCTIONS = {"tanh": lambda t: t.tanh(), "sigmoid": lambda t: t.sigmoid(), "softmax": lambda t: t.softmax(-1),
+                      "log_softmax": lambda t: t.log_softmax(-1), "gelu": lambda t: t.gelu(), "pow": lambda t: t.abs() ** 1.5,
+                      "layernorm": lambda t: t.layernorm(), "cumsum": lambda t: t.cumsum(1)}
+
+def _torch_gradient_function(name: str):
+    """PyTorch's counterpart of ``GRADIENT_FUNCTIONS[name]`` (torch is imported only here, not with this module)."""
+    import torch
+    return {"tanh": torch.tanh, "sigmoid": torch.sigmoid, "softmax": lambda t: t.softmax(-1), "log_softmax": lambda t: t.log_softmax(-1),
+            "gelu": lambda t: torch.nn.functional.gelu(t, approximate="tanh"), "pow": lambda t: t.abs() ** 1.5,
+            "layernorm": lambda t: torch.nn.functional.layer_norm(t, (20,), eps=1e-5), "cumsum": lambda t: t.cumsum(1)}[name]
+
+def check_gradient_matches_torch(device: str, name: str, rng) -> None:
+    import torch
+    x = rng.standard_normal((6, 20)).astype(np.float32)
+    ours = Tensor(x, device=device, requires_grad=True)
+    (GRADIENT_FUNCTIONS[name](ours) * Tensor(np.arange(20, dtype=np.float32), device=device)).sum().backward()
+    theirs = torch.tensor(x, requires_grad=True)
+    (_torch_gradient_function(name)(theirs) * torch.arange(20, dtype=torch.float32)).sum().backward()
+    np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-3, atol=1e-4)
+
+def training_schedule(device: str) -> list:
+    """The schedule of a small training step (conv, matmul, softmax, max and their gradients) on ``device``."""
+    rng = np.random.default_rng(3)
+    x = Tensor(rng.standard_normal((4, 8, 10, 10)).astype(np.float32), device=device).realize()
+    w = Tensor(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), device=device, requires_grad=True).realize()
+    v = Tensor(rng.standard_normal((48, 40)).astype(np.float32), device=device, requires_grad=True).realize()
+    loss = x.conv2d(w, padding=1).relu().mean() + (v @ v.T).softmax(-1).sum() + v.max(0).sum()
+    return Tensor.schedule(loss, *loss.gradient(w, v))
+
+def check_random_action_lists(device: str, tries: int) -> tuple[int, set]:
+    """Run every kernel of ``training_schedule(device)`` under ``tries`` random legal action lists (BEAM's candidates,
+    picked at random) and compare with the unoptimized kernel. Returns (lists checked, the kinds of action used)."""
+    import random
+    from fusegrad import Device
+    from fusegrad.engine.realize import lower_schedule_item
+    from fusegrad.uop.ops import Ops
+    choose, checked, kinds = random.Random(0), 0, set()
+    for item in training_schedule(device):
+        if item.ast.op is Ops.SINK:
+            reference = run_kernel(item, [], device)
+            for _ in range(tries):
+                _, opts = random_action_list(searchable_ast(item.ast), Device[device].renderer, choose)
+                kinds |= {o.op for o in opts}
+                for got, want in zip(run_kernel(item, opts, device), reference):
+                    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True, err_msg=f"{item.ast.arg} with {opts}")
+                checked += 1
+        lower_schedule_item(item).run()   # later kernels read its outputs
+    return checked, kinds

@@ -3,16 +3,17 @@ subset on CL — ops against numpy, gradients against PyTorch, matmul, convs, re
 workgroup), random optimization action lists with LOCAL/GROUP/GROUPTOP/PADTO, JIT replay, copies — plus what is
 particular to the backend (names, instances, the program cache, profiling, errors). test_cl_suite.py runs the
 full op, gradient, JIT and opt tests with ``DEV=CL``. Skipped only where no OpenCL runtime is installed."""
-import ctypes, random
+import ctypes
 import numpy as np
 import pytest
-import torch
 from fusegrad import Tensor, Device, dtypes, TinyJit, GlobalCounters, Context
 from fusegrad.codegen import get_program
 from fusegrad.codegen.opt import Opt, OptOps, KernelOptError, apply_opt, hand_coded_optimizations
 from fusegrad.device import CompileError, Buffer, probe_device
 from fusegrad.renderer.opencl import OpenCLRenderer
-from helpers import assert_tensor, rand_np, run_kernel, random_action_list, searchable_ast, count_kernels
+from helpers import (assert_tensor, rand_np, run_kernel, searchable_ast, count_kernels, UNARY_OPS, BINARY_OPS, CASTS, GRADIENT_FUNCTIONS,
+                     check_unary, check_binary, check_integer_division, check_cast, check_reductions, check_matmul, check_padded_conv,
+                     check_conv_and_pool_gradients, check_gradient_matches_torch, check_random_action_lists)
 
 def _cl_available() -> bool:
     try: Device["CL"]
@@ -114,16 +115,9 @@ def test_workgroup_limits_come_from_the_device():
 
 # ---------------------------------------------------------------- ops against numpy
 
-UNARY = {"neg": (lambda t: -t, np.negative), "exp": (Tensor.exp, np.exp), "log": (Tensor.log, np.log),
-         "sqrt": (Tensor.sqrt, np.sqrt), "sin": (Tensor.sin, np.sin), "relu": (Tensor.relu, lambda x: np.maximum(x, 0)),
-         "reciprocal": (Tensor.reciprocal, np.reciprocal), "trunc": (Tensor.trunc, np.trunc)}
-
-@pytest.mark.parametrize("name", sorted(UNARY))
+@pytest.mark.parametrize("name", sorted(UNARY_OPS))
 @pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float64, dtypes.float16])
-def test_unary(name, dtype, rng):
-    ours, theirs = UNARY[name]
-    x = rand_np(rng, (7, 33), dtype, low=0.1 if name in ("log", "sqrt") else -3, high=3)
-    assert_tensor(ours(Tensor(x, device=CL)), theirs(x), dtype, rtol=2e-6 if dtype == dtypes.float32 else None)
+def test_unary(name, dtype, rng): check_unary(CL, name, dtype, rng)
 
 def test_half_arithmetic_rounds_like_ieee_half(rng):
     """Without cl_khr_fp16 half values compute in float, each result rounded to half: same bits as numpy's half."""
@@ -137,39 +131,17 @@ def test_half_arithmetic_rounds_like_ieee_half(rng):
     with np.errstate(over="ignore"): want = big.astype(np.float16)
     np.testing.assert_array_equal(Tensor(big, device=CL).cast(dtypes.float16).numpy(), want)
 
-BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "lt": np.less, "eq": np.equal, "ne": np.not_equal}
-
-@pytest.mark.parametrize("name", sorted(BINARY))
+@pytest.mark.parametrize("name", sorted(BINARY_OPS))
 @pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.int32, dtypes.int8, dtypes.uint8, dtypes.int64, dtypes.uint64, dtypes.bool])
-def test_binary(name, dtype, rng):
-    if dtype == dtypes.bool and name == "sub": return   # numpy has no bool subtraction either
-    x, y = rand_np(rng, (5, 40), dtype), rand_np(rng, (5, 40), dtype)
-    a, b = Tensor(x, device=CL), Tensor(y, device=CL)
-    ours = {"add": a + b, "sub": a - b, "mul": a * b, "max": a.maximum(b), "lt": a < b, "eq": a == b, "ne": a != b}[name]
-    assert_tensor(ours, BINARY[name](x, y))
+def test_binary(name, dtype, rng): check_binary(CL, name, dtype, rng)
 
 @pytest.mark.parametrize("dtype", [dtypes.int32, dtypes.int8, dtypes.int64, dtypes.uint32])
 def test_integer_division_never_traps(dtype):
     """PoCL runs on x86, where x / 0 and MIN / -1 raise SIGFPE: they give 0, 0 and MIN, as on every device."""
-    np_type, low = np.dtype(dtype.fmt), dtypes.min(dtype)
-    minus_one = -1 if not dtypes.is_unsigned(dtype) else 3
-    x = np.array([7, -7 if not dtypes.is_unsigned(dtype) else 9, 7, low, low, 5, 0, 100], dtype=np_type)
-    y = np.array([2, 2, 0, minus_one, 0, 3, 0, 7], dtype=np_type)
-    quotient = [0 if b == 0 else (abs(a) // abs(b)) * (1 if (a < 0) == (b < 0) else -1) for a, b in zip(x.astype(object), y.astype(object))]
-    remainder = [0 if b == 0 else a - b * q for a, b, q in zip(x.astype(object), y.astype(object), quotient)]
-    wrap = lambda values: np.array([int(v) & ((1 << (8 * dtype.itemsize)) - 1) for v in values], dtype=np.uint64).astype(np_type)
-    a, b = Tensor(x, device=CL), Tensor(y, device=CL)
-    assert_tensor(a.idiv(b), wrap(quotient))
-    assert_tensor(a.fmod(b), wrap(remainder))
-
-CASTS = [(dtypes.float32, dtypes.int32), (dtypes.float32, dtypes.uint8), (dtypes.int32, dtypes.float16), (dtypes.float64, dtypes.float16),
-         (dtypes.float16, dtypes.float64), (dtypes.int8, dtypes.int64), (dtypes.uint16, dtypes.int32), (dtypes.int64, dtypes.int8),
-         (dtypes.float32, dtypes.bool), (dtypes.bool, dtypes.float32), (dtypes.int32, dtypes.bool), (dtypes.uint32, dtypes.float32)]
+    check_integer_division(CL, dtype)
 
 @pytest.mark.parametrize("source,target", CASTS)
-def test_cast(source, target, rng):
-    x = rand_np(rng, (3, 37), source, low=0 if dtypes.is_unsigned(target) else None, high=100 if source != dtypes.bool else None)
-    assert_tensor(Tensor(x, device=CL).cast(target), x.astype(np.dtype(target.fmt)), target)
+def test_cast(source, target, rng): check_cast(CL, source, target, rng)
 
 def test_bitcast_where_and_special_values():
     x = np.array([1.0, -2.0, 0.0, np.inf, -np.inf, np.nan, -0.0, 1e-40] * 5, np.float32)
@@ -186,13 +158,7 @@ def test_bitcast_where_and_special_values():
 # ---------------------------------------------------------------- reductions, matmul, conv
 
 @pytest.mark.parametrize("shape,axis", [((1000,), None), ((37, 129), 1), ((64, 48), 0), ((4, 5, 6, 7), (0, 2)), ((3, 4096), 1)])
-def test_reductions(shape, axis, rng):
-    x = rng.standard_normal(shape).astype(np.float32)
-    t = Tensor(x, device=CL)
-    assert_tensor(t.sum(axis), x.sum(axis), rtol=1e-4, atol=1e-4)
-    assert_tensor(t.max(axis), x.max(axis))
-    assert_tensor(t.mean(axis), x.mean(axis), rtol=1e-4, atol=1e-5)
-    assert_tensor(Tensor(x.astype(np.int32), device=CL).sum(axis), x.astype(np.int32).sum(axis).astype(np.int32))
+def test_reductions(shape, axis, rng): check_reductions(CL, shape, axis, rng)
 
 def test_long_reductions_are_grouped_over_a_workgroup(rng):
     """Few outputs and a long reduce: the heuristic splits the reduce over the threads of a workgroup (GROUPTOP)."""
@@ -210,9 +176,7 @@ def test_matvec_uses_grouped_threads_per_row(rng):
     np.testing.assert_allclose(run_kernel(item, None, CL)[0], a @ v, rtol=1e-4, atol=1e-4)
 
 @pytest.mark.parametrize("m,k,n", [(128, 256, 96), (33, 17, 65), (1, 512, 1)])
-def test_matmul(m, k, n, rng):
-    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
-    assert_tensor(Tensor(a, device=CL) @ Tensor(b, device=CL), a @ b, rtol=1e-4, atol=1e-4)
+def test_matmul(m, k, n, rng): check_matmul(CL, m, k, n, rng)
 
 def test_matmul_gets_a_register_tile_and_workgroups(rng):
     a = Tensor(rng.standard_normal((128, 64)).astype(np.float32), device=CL)
@@ -220,37 +184,12 @@ def test_matmul_gets_a_register_tile_and_workgroups(rng):
     opts = hand_coded_optimizations(searchable_ast(item.ast), Device[CL].renderer)
     assert sum(o.op is OptOps.UPCAST for o in opts) == 2 and any(o.op is OptOps.LOCAL for o in opts), opts
 
-def test_padded_conv(rng):
-    x, w = rng.standard_normal((2, 16, 14, 14)).astype(np.float32), rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
-    out = Tensor(x, device=CL).conv2d(Tensor(w, device=CL), padding=1)
-    want = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), padding=1).numpy()
-    assert_tensor(out, want, rtol=1e-4, atol=1e-4)
+def test_padded_conv(rng): check_padded_conv(CL, rng)
 
-def test_conv_and_pool_gradients_match_torch(rng):
-    x, w = rng.standard_normal((2, 3, 12, 12)).astype(np.float32), rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
-    tx, tw = Tensor(x, device=CL, requires_grad=True), Tensor(w, device=CL, requires_grad=True)
-    tx.conv2d(tw, stride=2, padding=1).relu().max_pool2d().square().sum().backward()
-    px, pw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
-    torch.nn.functional.max_pool2d(torch.nn.functional.conv2d(px, pw, stride=2, padding=1).relu(), 2).square().sum().backward()
-    np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(tw.grad.numpy(), pw.grad.numpy(), rtol=1e-4, atol=1e-4)
+def test_conv_and_pool_gradients_match_torch(rng): check_conv_and_pool_gradients(CL, rng)
 
-GRADIENT_FUNCTIONS = {"tanh": (lambda t: t.tanh(), torch.tanh), "sigmoid": (lambda t: t.sigmoid(), torch.sigmoid),
-                      "softmax": (lambda t: t.softmax(-1), lambda t: t.softmax(-1)),
-                      "log_softmax": (lambda t: t.log_softmax(-1), lambda t: t.log_softmax(-1)),
-                      "gelu": (lambda t: t.gelu(), lambda t: torch.nn.functional.gelu(t, approximate="tanh")),
-                      "layernorm": (lambda t: t.layernorm(), lambda t: torch.nn.functional.layer_norm(t, (20,), eps=1e-5)),
-                      "cumsum": (lambda t: t.cumsum(1), lambda t: t.cumsum(1))}
-
-@pytest.mark.parametrize("name", sorted(GRADIENT_FUNCTIONS))
-def test_gradients_match_torch(name, rng):
-    x = rng.standard_normal((6, 20)).astype(np.float32)
-    fn, torch_fn = GRADIENT_FUNCTIONS[name]
-    ours = Tensor(x, device=CL, requires_grad=True)
-    (fn(ours) * Tensor(np.arange(20, dtype=np.float32), device=CL)).sum().backward()
-    theirs = torch.tensor(x, requires_grad=True)
-    (torch_fn(theirs) * torch.arange(20, dtype=torch.float32)).sum().backward()
-    np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-3, atol=1e-4)
+@pytest.mark.parametrize("name", sorted(set(GRADIENT_FUNCTIONS) - {"pow"}))
+def test_gradients_match_torch(name, rng): check_gradient_matches_torch(CL, name, rng)
 
 # ---------------------------------------------------------------- kernel counts and the JIT
 
@@ -288,30 +227,10 @@ def test_workgroup_actions_compute_the_same(opts, rng):
     item = (Tensor(x, device=CL) @ Tensor(y, device=CL)).relu().schedule()[-1]
     np.testing.assert_allclose(run_kernel(item, opts, CL)[0].reshape(40, 24), np.maximum(x @ y, 0), rtol=1e-4, atol=1e-4)
 
-def _training_items():
-    rng = np.random.default_rng(3)
-    x = Tensor(rng.standard_normal((4, 8, 10, 10)).astype(np.float32), device=CL).realize()
-    w = Tensor(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), device=CL, requires_grad=True).realize()
-    v = Tensor(rng.standard_normal((48, 40)).astype(np.float32), device=CL, requires_grad=True).realize()
-    loss = x.conv2d(w, padding=1).relu().mean() + (v @ v.T).softmax(-1).sum() + v.max(0).sum()
-    return Tensor.schedule(loss, *loss.gradient(w, v))
-
 def test_random_action_lists_match_unoptimized():
     """Legal action lists (BEAM's candidates, LOCAL/GROUP/GROUPTOP/PADTO among them, picked at random) must
     compute what the unoptimized kernel computes, on a real OpenCL runtime."""
-    from fusegrad.engine.realize import lower_schedule_item
-    from fusegrad.uop.ops import Ops
-    choose, checked, kinds = random.Random(0), 0, set()
-    for item in _training_items():
-        if item.ast.op is Ops.SINK:
-            reference = run_kernel(item, [], CL)
-            for _ in range(2):   # (PoCL compiles a kernel in about half a second)
-                _, opts = random_action_list(searchable_ast(item.ast), Device[CL].renderer, choose)
-                kinds |= {o.op for o in opts}
-                for got, want in zip(run_kernel(item, opts, CL), reference):
-                    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True, err_msg=f"{item.ast.arg} with {opts}")
-                checked += 1
-        lower_schedule_item(item).run()   # later kernels read its outputs
+    checked, kinds = check_random_action_lists(CL, tries=2)   # (PoCL compiles a kernel in about half a second)
     assert checked >= 8 and kinds & {OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP}, kinds
 
 def test_beam_times_workgroup_actions_on_the_device(monkeypatch, rng):
