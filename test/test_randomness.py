@@ -77,3 +77,49 @@ def test_randperm_and_multinomial_if_present():
     draws = probs.multinomial(6000, replacement=True).numpy()
     counts = np.bincount(draws, minlength=3)
     assert stats.chisquare(counts, f_exp=np.array([0.1, 0.2, 0.7]) * 6000).pvalue > ALPHA
+
+# ---------------------------------------------------------------- the Threefry-2x32 cipher built as UOps
+def _threefry_reference(x0: int, x1: int, k0: int, k1: int) -> tuple[int, int]:
+    """Threefry-2x32 (20 rounds) on Python ints, written from the Random123 paper's description."""
+    mask = 0xFFFFFFFF
+    keys = (k0, k1, k0 ^ k1 ^ 0x1BD11BDA)
+    x0, x1 = (x0 + k0) & mask, (x1 + k1) & mask
+    for block in range(5):
+        for r in ((13, 15, 26, 6), (17, 29, 16, 24))[block % 2]:
+            x0 = (x0 + x1) & mask
+            x1 = (((x1 << r) | (x1 >> (32 - r))) & mask) ^ x0
+        x0 = (x0 + keys[(block + 1) % 3]) & mask
+        x1 = (x1 + keys[(block + 2) % 3] + block + 1) & mask
+    return x0, x1
+
+# Random123's known-answer vectors for threefry2x32_20: (counter, key) -> output
+_THREEFRY_KAT = [((0, 0), (0, 0), (0x6B200159, 0x99BA4EFE)),
+                 ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
+                 ((0x243F6A88, 0x85A308D3), (0x13198A2E, 0x03707344), (0xC4923A9C, 0x483DF7A0))]
+
+@pytest.mark.parametrize("counter,key,expected", _THREEFRY_KAT)
+def test_threefry_known_answers(counter, key, expected):
+    from fusegrad.tensor import _threefry2x32
+    u32 = lambda v: Tensor([v], dtype=dtypes.uint32)
+    out0, out1 = _threefry2x32(u32(counter[0]), u32(counter[1]), u32(key[0]), u32(key[1]))
+    assert (out0.item(), out1.item()) == expected == _threefry_reference(*counter, *key)
+
+def test_threefry_scalar_key_broadcasts_over_a_block():
+    # rand's second cipher call: a block of counters under a 0-d key (the key broadcasts, constants too)
+    from fusegrad.tensor import _threefry2x32
+    rng = np.random.default_rng(0)
+    low, high = rng.integers(0, 2**32, size=(2, 37), dtype=np.uint64).astype(np.uint32)
+    k0, k1 = 0x9E3779B9, 0x7F4A7C15
+    out0, out1 = _threefry2x32(Tensor(low), Tensor(high), Tensor([k0], dtype=dtypes.uint32).reshape(()),
+                               Tensor([k1], dtype=dtypes.uint32).reshape(()))
+    assert out0.dtype == out1.dtype == dtypes.uint32 and out0.shape == (37,)
+    expected = [_threefry_reference(int(a), int(b), k0, k1) for a, b in zip(low, high)]
+    assert list(zip(out0.tolist(), out1.tolist())) == expected
+
+def test_rand_kernel_counts():
+    # the counts before the cipher was built from UOps: the faster graph building must not add kernels
+    from helpers import count_kernels
+    Tensor.manual_seed(10)
+    Tensor.rand(4).realize()   # the device's key and counter exist from here on
+    assert count_kernels(Tensor.rand(16)) == 3
+    assert count_kernels(Tensor.randn(512, 512)) == 4
