@@ -78,9 +78,50 @@ def free_ranges(node: UOp) -> set[UOp]:
         ctx[x] = found
     return set(ctx[node])
 
+def loop_nesting(sink: UOp) -> dict[UOp, frozenset[UOp]]:
+    """Every RANGE of ``sink`` mapped to all the loops it runs inside.
+
+    A RANGE carries only its trip count; where it sits in the loop nest follows from the kernel's
+    structure, so rewrites of ranges (split, unroll, group, swap) never have to repair it:
+
+    - A range that a REDUCE or an END closes (a reduce's loops, an accumulator's init and update
+      lanes, a staged copy's loops) runs inside the loops its closer still depends on after closing
+      it (so an accumulator is initialized once per iteration of those), and inside the ranges the
+      closer lists before it. A REDUCE's value lanes (UPCAST ranges) are not enclosing loops:
+      lowering gives the reduce its own copies of them.
+    - The ranges nothing closes (the output loops) nest in one chain: the others by id, then the
+      UPCAST ones by id, innermost (register tiles).
+
+    Works before and after lowering (REDUCE or END closers). Raises ValueError on a cycle."""
+    open_ranges: dict[UOp, frozenset[UOp]] = {}
+    direct: dict[UOp, set[UOp]] = {}
+    closed: set[UOp] = set()
+    for x in sink.toposort:
+        found = frozenset().union(*(open_ranges[s] for s in x.src)) if x.src else frozenset()
+        if x.op is Ops.RANGE:
+            found = found | {x}
+            direct.setdefault(x, set())
+        if x.op in (Ops.REDUCE, Ops.END):
+            closing = list(dict.fromkeys(s for s in x.src[1:] if s.op is Ops.RANGE))
+            found = found - set(closing)
+            body = found - {r for r in found if r.arg[1] is AxisType.UPCAST} if x.op is Ops.REDUCE else found
+            for i, r in enumerate(closing): direct[r].update(body, closing[:i])
+            closed.update(closing)
+        open_ranges[x] = found
+    chain = sorted([r for r in direct if r not in closed], key=lambda r: (r.arg[1] is AxisType.UPCAST, r.arg[0]))
+    for i, r in enumerate(chain): direct[r].update(chain[:i])
+    nesting: dict[UOp, frozenset[UOp]] = {}
+    def ancestors(r: UOp, visiting: tuple = ()) -> frozenset[UOp]:
+        if r in nesting: return nesting[r]
+        if r in visiting: raise ValueError(f"loops nest in a cycle: range {r.arg[0]} runs inside itself")
+        nesting[r] = frozenset(direct[r]).union(*(ancestors(p, visiting + (r,)) for p in direct[r]))
+        return nesting[r]
+    for r in direct: ancestors(r)
+    return nesting
+
 def ranges_in(expression: UOp) -> set[UOp]:
-    """The ranges an expression is computed from (a RANGE's own sources are its enclosing loops,
-    not inputs, so the walk doesn't descend into them)."""
+    """The ranges an expression is computed from (a RANGE's source is its trip count, not an
+    input, so the walk doesn't descend into it)."""
     found, stack, seen = set(), [expression], set()
     while stack:
         x = stack.pop()
@@ -98,10 +139,5 @@ def address_stride(index: UOp, rng: UOp) -> int | None:
     """How far the address of memory access ``index`` (an INDEX) moves per step of ``rng`` (None when
     that isn't a constant)."""
     offset = index.src[1]
-    # (rebuilt by hand: a plain substitute would also rewrite the ranges nested inside ``rng``)
-    shifted: dict[UOp, UOp] = {rng: rng + 1}
-    def shift(x: UOp) -> UOp:
-        if x not in shifted: shifted[x] = x if x.op is Ops.RANGE else x.replace(src=tuple(shift(s) for s in x.src))
-        return shifted[x]
-    step = graph_rewrite(shift(offset) - offset, symbolic)
+    step = graph_rewrite(offset.substitute({rng: rng + 1}) - offset, symbolic)
     return step.arg if step.op is Ops.CONST else None

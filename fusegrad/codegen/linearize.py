@@ -1,9 +1,9 @@
 """Linearize: order a kernel's UOp graph into a list with properly nested loops.
 
 Every UOp has a *context*: the set of RANGEs (open loops) it must run inside. It is the union of
-its sources' contexts, plus itself for a RANGE, minus the ranges an END closes. Because a RANGE
-carries the loops it is nested in as extra sources, contexts are always closed under nesting,
-and sorting a context by range id gives the loop stack it needs.
+its sources' contexts, plus itself for a RANGE, minus the ranges an END closes, plus every loop
+those ranges run inside (``loop_nesting`` derives the nest from the graph: a RANGE carries only
+its trip count). A context is then exactly the stack of loops that must be open to emit the UOp.
 
 The emitter keeps a stack of open loops and repeats:
   1. emit any ready UOp whose context is exactly the open stack (so work is hoisted out of every
@@ -16,19 +16,22 @@ own END when it closes a loop.
 from __future__ import annotations
 import heapq
 from fusegrad.uop.ops import UOp, Ops
-
-def _range_key(r: UOp) -> int: return r.arg[0]
+from fusegrad.codegen.kernel import loop_nesting
 
 def linearize(sink: UOp) -> list[UOp]:
     """Order ``sink``'s graph for a renderer (see docs/linear_uops.md). The SINK itself is omitted."""
     order = [x for x in sink.toposort if x is not sink]
     position = {x: i for i, x in enumerate(order)}
+    try: nesting = loop_nesting(sink)
+    except ValueError as e: raise RuntimeError(f"linearize: {e}") from None
     context: dict[UOp, frozenset[UOp]] = {}
+    closed_context: dict[frozenset, frozenset] = {}   # (few distinct contexts: close each once)
     for x in order:
         ctx = frozenset().union(*(context[s] for s in x.src)) if x.src else frozenset()
         if x.op is Ops.RANGE: ctx = ctx | {x}
         if x.op is Ops.END: ctx = ctx - set(s for s in x.src if s.op is Ops.RANGE)
-        context[x] = ctx
+        if ctx not in closed_context: closed_context[ctx] = ctx.union(*(nesting[r] for r in ctx))
+        context[x] = closed_context[ctx]
 
     real = [x for x in order if x.op not in (Ops.END,)]
     # how many UOps still to emit inside each loop

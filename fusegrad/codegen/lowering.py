@@ -18,7 +18,7 @@ import functools, math
 from fusegrad.dtype import dtypes, DType, PtrDType
 from fusegrad.helpers import prod
 from fusegrad.uop.ops import UOp, Ops, GroupOp, AxisType, UPat, PatternMatcher, graph_rewrite
-from fusegrad.codegen.kernel import range_size, free_ranges, grouped_partial_slots, kernel_info, local_axes
+from fusegrad.codegen.kernel import range_size, free_ranges, grouped_partial_slots, kernel_info, local_axes, loop_nesting
 
 # ---------------------------------------------------------------- reduces become accumulators
 
@@ -38,7 +38,7 @@ def slot_index(ranges: list[UOp]) -> UOp:
 def lower_reduces(sink: UOp) -> UOp:
     """Replace every REDUCE(value, *ranges) by an accumulator in a DEFINE_REG.
 
-    The init is placed in the loops *enclosing* the reduce (its ranges' parents), the update
+    The init is placed in the loops *enclosing* the reduce (``loop_nesting``), the update
     inside the reduce ranges, and the final read after an END that closes them. When the value
     also depends on UPCAST ranges (register tiles, partial-sum lanes), the accumulator is an
     array with one slot per upcast element: init and update loop over their own copies of those
@@ -47,27 +47,29 @@ def lower_reduces(sink: UOp) -> UOp:
     reduces = [x for x in sink.toposort if x.op is Ops.REDUCE]
     if not reduces: return sink
     next_id = 1 + max(x.arg[0] for x in sink.toposort if x.op is Ops.RANGE)
+    nesting = loop_nesting(sink)
     mapping: dict[UOp, UOp] = {}
     for reg_number, red in enumerate(reduces):
         value, *own = red.src
         value = value.substitute(mapping) if mapping else value
         own = list(own)
-        outer = tuple(p for p in own[0].src[1:] if p not in own)
+        outer = tuple(sorted(nesting[own[0]] - set(own), key=lambda r: r.arg[0]))
         upcasts = sorted([r for r in free_ranges(value) if r.arg[1] is AxisType.UPCAST and r not in own], key=lambda r: r.arg[0])
-        def copies(parents: tuple) -> list[UOp]:
+        def copies() -> list[UOp]:
+            # (fresh lanes: where they run follows from the END that closes them)
             nonlocal next_id
             made: list[UOp] = []
             for r in upcasts:
-                made.append(UOp(Ops.RANGE, r.dtype, (r.src[0],) + parents + tuple(made), (next_id, AxisType.UPCAST)))
+                made.append(UOp(Ops.RANGE, r.dtype, (r.src[0],), (next_id, AxisType.UPCAST)))
                 next_id += 1
             return made
         size = prod(range_size(r) for r in upcasts)
         acc = UOp(Ops.DEFINE_REG, red.dtype.ptr(size), (), reg_number)
-        init_ranges = copies(outer)
+        init_ranges = copies()
         identity = UOp.const(red.dtype.scalar(), identity_value(red.arg, red.dtype.scalar()))
         if red.dtype.count > 1: identity = UOp(Ops.VECTORIZE, red.dtype, (identity,) * red.dtype.count)   # (a tensor core's sums)
         init = UOp(Ops.STORE, dtypes.void, (acc.index(slot_index(init_ranges)), identity) + outer)
-        update_ranges = copies(outer + tuple(own))
+        update_ranges = copies()
         update_value = value.substitute(dict(zip(upcasts, update_ranges))) if upcasts else value
         update_slot = acc.index(slot_index(update_ranges))
         # the update waits for the whole init, so it depends on an END closing the init's loops
@@ -100,10 +102,10 @@ def lower_group_reduces(sink: UOp) -> UOp:
     if not grouped: return sink
     all_groups = sorted({r for red in grouped for r in red.src[1:] if r.arg[1] is AxisType.GROUP_REDUCE}, key=lambda r: r.arg[0])
     next_id = 1 + max(x.arg[0] for x in sink.toposort if x.op is Ops.RANGE)
-    def new_range(size: UOp, parents: tuple, kind: AxisType) -> UOp:
+    def new_range(size: UOp, kind: AxisType) -> UOp:
         nonlocal next_id
         next_id += 1
-        return UOp(Ops.RANGE, dtypes.index, (size,) + parents, (next_id - 1, kind))
+        return UOp(Ops.RANGE, dtypes.index, (size,), (next_id - 1, kind))
     mapping: dict[UOp, UOp] = {}
     for number, red in enumerate(grouped):   # toposort order: a reduce inside another's value first
         red = red.substitute(mapping) if mapping else red
@@ -113,16 +115,15 @@ def lower_group_reduces(sink: UOp) -> UOp:
         partial = UOp(Ops.REDUCE, red.dtype, (value,) + rest, red.arg) if rest else value
         slots = grouped_partial_slots(sink, red)
         upcasts = [r for r in slots if r.arg[1] is AxisType.UPCAST]
-        enclosing = tuple(sorted([r for r in free_ranges(red) if r.arg[1] is not AxisType.UPCAST], key=lambda r: r.arg[0]))
         buffer = UOp(Ops.DEFINE_LOCAL, red.dtype.ptr(prod(range_size(r) for r in slots), local=True), (), f"temp{number}")
         copies: list[UOp] = []
-        for u in upcasts: copies.append(new_range(u.src[0], enclosing + tuple(copies), AxisType.UPCAST))
+        for u in upcasts: copies.append(new_range(u.src[0], AxisType.UPCAST))
         stored = partial.substitute(dict(zip(upcasts, copies))) if copies else partial
         store = buffer.index(slot_index([dict(zip(upcasts, copies)).get(r, r) for r in slots])).store(stored)
         # the buffer is a source so that each barrier stays its own uop once linearize drops the END
         barrier = UOp(Ops.BARRIER, dtypes.void, (buffer, UOp(Ops.END, dtypes.void, (store,) + tuple(copies)) if copies else store))
         finals: list[UOp] = []
-        for g in groups: finals.append(new_range(g.src[0], enclosing + tuple(finals), AxisType.REDUCE))
+        for g in groups: finals.append(new_range(g.src[0], AxisType.REDUCE))
         read = buffer.index(slot_index([dict(zip(groups, finals)).get(r, r) for r in slots])).load(barrier)
         mapping[grouped[number]] = UOp(Ops.REDUCE, red.dtype, (read,) + tuple(finals), red.arg)
     sink = sink.substitute(mapping)
@@ -262,19 +263,7 @@ def to_launch_dims(sink: UOp, max_dims: int = 3) -> tuple[UOp, list, list | None
     global_map, global_size = _specials(launch_groups(globals_, max_dims), "idx" if nolocals else "gidx")
     local_map, local_size = _specials(launch_groups(local_axes(sink), max_dims), "lidx")
     mapping = {**global_map, **local_map}
-    return (_replace_ranges(sink, mapping) if mapping else sink), global_size, (None if nolocals else local_size)
-
-def _replace_ranges(sink: UOp, mapping: dict[UOp, UOp]) -> UOp:
-    """Substitute ranges; other RANGEs drop replaced ranges from their parent sources."""
-    new_sink = sink.substitute(mapping)
-    # rebuild the remaining ranges parents-first, keeping only parents that are still ranges
-    fix: dict[UOp, UOp] = {}
-    for x in new_sink.toposort:
-        if x.op is not Ops.RANGE: continue
-        parents = tuple(fix.get(s, s) for s in x.src[1:] if s.op is Ops.RANGE)
-        rebuilt = x.replace(src=(x.src[0],) + parents)
-        if rebuilt is not x: fix[x] = rebuilt
-    return new_sink.substitute(fix) if fix else new_sink
+    return (sink.substitute(mapping) if mapping else sink), global_size, (None if nolocals else local_size)
 
 # ---------------------------------------------------------------- index dtype
 

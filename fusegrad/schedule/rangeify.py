@@ -64,10 +64,10 @@ class KernelBuilder:
     reduce_ranges: dict[tuple, tuple[UOp, ...]] = field(default_factory=dict)
     simplified: dict[UOp, UOp] = field(default_factory=dict)        # symbolic rewrites of index math so far
 
-    def new_range(self, size, kind: AxisType, parents: tuple[UOp, ...] = ()) -> UOp:
-        """A new loop. ``parents`` are the loops it runs inside; they ride along as extra sources so
-        the linearizer knows the nesting without any side table."""
-        rng = UOp(Ops.RANGE, dtypes.index, (sint_to_uop(size),) + parents, (self.range_count, kind))
+    def new_range(self, size, kind: AxisType) -> UOp:
+        """A new loop of ``size`` trips. (Where it nests is derived from the kernel later: see
+        codegen/kernel.py ``loop_nesting``.)"""
+        rng = UOp(Ops.RANGE, dtypes.index, (sint_to_uop(size),), (self.range_count, kind))
         self.range_count += 1
         return rng
 
@@ -79,9 +79,7 @@ class KernelBuilder:
         ranges: list[UOp] = []
         for size in shape:
             if isinstance(size, int) and size == 1: ranges.append(UOp.const(dtypes.index, 0))
-            else:
-                enclosing = [r for r in ranges if r.op is Ops.RANGE][-1:]
-                ranges.append(self.new_range(size, AxisType.GLOBAL, tuple(enclosing)))
+            else: ranges.append(self.new_range(size, AxisType.GLOBAL))
         return tuple(ranges)
 
     # ---------------------------------------------------------------- movement ops on indices
@@ -168,10 +166,7 @@ class KernelBuilder:
         # (the validity gate is part of the key: a gated reduce may depend on other loops through it)
         range_key = (tuple(src.shape[a] for a in axes), axes, idxs, valid)
         if (ranges := self.reduce_ranges.get(range_key)) is None:
-            enclosing = tuple(dict.fromkeys(x for i in idxs for x in i.toposort if x.op is Ops.RANGE))
-            new_ranges: list[UOp] = []
-            for a in axes: new_ranges.append(self.new_range(src.shape[a], AxisType.REDUCE, enclosing + tuple(new_ranges[-1:])))
-            ranges = tuple(new_ranges)
+            ranges = tuple(self.new_range(src.shape[a], AxisType.REDUCE) for a in axes)
             self.reduce_ranges[range_key] = ranges
         src_idxs = list(idxs)
         for axis, rng in zip(axes, ranges): src_idxs[axis] = rng

@@ -1,7 +1,7 @@
 """Kernel optimization: small named actions on a kernel's ranges, a heuristic that picks them, and BEAM
 search over them.
 
-- ``actions.py``: ``Opt``, ``OptOps``, ``KernelOptError``, ``apply_opt`` and each action's rewrite, ``renest``
+- ``actions.py``: ``Opt``, ``OptOps``, ``KernelOptError``, ``apply_opt`` and each action's rewrite
   (the table of actions and their legality is its module doc);
 - ``heuristic.py``: ``hand_coded_optimizations``, the defaults without search (CPU register tiles, lanes,
   threads), handing workgroup renderers to ``gpu_heuristic.py`` and tensor-core kernels to ``tc.py``;
@@ -17,20 +17,20 @@ from fusegrad.helpers import NOOPT, BEAM, DEBUG
 from fusegrad.uop.ops import UOp
 from fusegrad.codegen.kernel import KernelInfo, kernel_info, range_size, kernel_axes, colored_shape, local_axes, grouped_partial_slots, \
     shared_memory_bytes, free_ranges, ranges_in, loads_depending_on, address_stride
-from fusegrad.codegen.opt.actions import Opt, OptOps, KernelOptError, apply_opt, renest
+from fusegrad.codegen.opt.actions import Opt, OptOps, KernelOptError, apply_opt
 from fusegrad.codegen.opt.heuristic import hand_coded_optimizations, cpu_count
 from fusegrad.codegen.opt.search import beam_search
 
 # the helper names from before codegen/kernel.py (tests and gpu_heuristic.py's first version used them)
 _size, _loads_depending_on, _stride = range_size, loads_depending_on, address_stride
 
-__all__ = ["Opt", "OptOps", "KernelOptError", "apply_opt", "renest", "optimize_kernel", "hand_coded_optimizations", "beam_search",
+__all__ = ["Opt", "OptOps", "KernelOptError", "apply_opt", "optimize_kernel", "hand_coded_optimizations", "beam_search",
            "cpu_count", "KernelInfo", "kernel_info", "range_size", "kernel_axes", "colored_shape", "local_axes", "grouped_partial_slots",
            "shared_memory_bytes", "free_ranges", "ranges_in", "loads_depending_on", "address_stride"]
 
 def optimize_kernel(ast: UOp, renderer, opts: list | None = None) -> tuple[UOp, tuple]:
-    """Apply ``opts`` (or the heuristic's choice, or BEAM's with ``BEAM>=1``) and re-nest the loops."""
-    if NOOPT and opts is None: return renest(ast), ()
+    """Apply ``opts`` (or the heuristic's choice, or BEAM's with ``BEAM>=1``)."""
+    if NOOPT and opts is None: return ast, ()
     if opts is None and BEAM >= 1:
         opts = beam_search(ast, renderer, int(BEAM.value))
     if opts is None:
@@ -47,6 +47,5 @@ def optimize_kernel(ast: UOp, renderer, opts: list | None = None) -> tuple[UOp, 
         for opt in opts:
             ast = apply_opt(ast, opt, renderer)
             applied.append(opt)
-    ast = renest(ast)
     if DEBUG >= 3: print(f"opt: {colored_shape(ast)}  applied {applied}")
     return ast, tuple(applied)

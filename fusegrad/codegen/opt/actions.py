@@ -36,7 +36,9 @@ wide, which no 16-lane vector divides) become broadcast rows. On the CPU the sta
 shared by its threads (stack or heap, at most ``renderer.stage_max_bytes``); on GPU-style renderers it is
 shared memory, filled by every thread before a barrier.
 
-``renest`` recomputes the loop nesting after the actions.
+A RANGE carries only its trip count: where it runs in the loop nest is derived from the kernel's structure
+when it is needed (``loop_nesting`` in codegen/kernel.py), so an action rewrites ranges without repairing
+the loops around them.
 """
 from __future__ import annotations
 from dataclasses import dataclass
@@ -173,8 +175,7 @@ def _group(ast: UOp, rng: UOp, amount: int, top: bool) -> UOp:
         ranges: list[UOp] = []
         for r in red.src[1:]: ranges += ([rest] if rest is not None else []) + [group] if r is rng else [r]
         mapping[red] = UOp(Ops.REDUCE, red.dtype, (value,) + tuple(ranges), red.arg)
-    # other uses of the range (as an enclosing loop of nested ranges, also inside the new reduces)
-    # see the split expression
+    # the range's other uses (outside the reduces) see the split expression
     return ast.substitute(mapping).substitute({rng: expr})
 
 def pad_range(ast: UOp, rng: UOp, amount: int) -> UOp:
@@ -191,7 +192,7 @@ def pad_range(ast: UOp, rng: UOp, amount: int) -> UOp:
     padded = -(-size // amount) * amount
     if padded == size: raise KernelOptError(f"nothing to pad: {size} is already a multiple of {amount}")
     if size <= amount // 4: raise KernelOptError(f"pad adds more than quadruple the work ({size} -> {padded})")
-    new = rng.replace(src=(UOp.const(dtypes.index, padded),) + rng.src[1:])
+    new = rng.replace(src=(UOp.const(dtypes.index, padded),))
     valid = new < size
     ast = ast.substitute({rng: new})
     def gate(index: UOp) -> UOp:
@@ -252,7 +253,7 @@ def _stage(ast: UOp, rng: UOp, renderer) -> UOp:
     for load, order in staged:
         copies: list[UOp] = []
         for r in order:
-            copies.append(UOp(Ops.RANGE, dtypes.index, (r.src[0],) + tuple(copies), (next_id, AxisType.STAGE)))
+            copies.append(UOp(Ops.RANGE, dtypes.index, (r.src[0],), (next_id, AxisType.STAGE)))
             next_id += 1
         buffer = UOp(Ops.DEFINE_LOCAL, load.dtype.ptr(prod(range_size(r) for r in order), local=True), (), f"stage{number}")
         number += 1
@@ -276,18 +277,11 @@ def _zero_when_padded(value: UOp, rng: UOp) -> bool:
     return zero[value]
 
 def _exchange_range_ids(ast: UOp, a: int, b: int) -> UOp:
-    """Give the ranges numbered ``a`` the number ``b`` and the other way round, each node once.
-    (A plain substitute can't: a range whose parents include the other range is rebuilt from its
-    new parents first, then no longer matches its key and keeps its old number, so two loops end
-    up with one loop variable.)"""
+    """Give the ranges numbered ``a`` the number ``b`` and the other way round (one substitution
+    for both, so neither is renamed twice)."""
     swap = {a: b, b: a}
-    rebuilt: dict[UOp, UOp] = {}
-    for x in ast.toposort:
-        srcs = tuple(rebuilt.get(s, s) for s in x.src)
-        y = x if srcs == x.src else x.replace(src=srcs)
-        if x.op is Ops.RANGE and x.arg[0] in swap: y = y.replace(arg=(swap[x.arg[0]], x.arg[1]))
-        if y is not x: rebuilt[x] = y
-    return rebuilt.get(ast, ast)
+    return ast.substitute({x: x.replace(arg=(swap[x.arg[0]], x.arg[1])) for x in ast.toposort
+                           if x.op is Ops.RANGE and x.arg[0] in swap})
 
 def _unroll(ast: UOp, rng: UOp, amount: int) -> UOp:
     """Split reduce range r into (outer, lane): each REDUCE over r becomes a REDUCE over the lane
@@ -303,41 +297,5 @@ def _unroll(ast: UOp, rng: UOp, amount: int) -> UOp:
         others = tuple(r for r in red.src[1:] if r is not rng)
         partial = UOp(Ops.REDUCE, red.dtype, (value, outer) + others, red.arg)
         mapping[red] = UOp(Ops.REDUCE, red.dtype, (partial, lane), red.arg)
-    # then the range's other uses: as an enclosing loop of nested ranges, also inside the new reduces
-    # (left alone, a stale copy of the range would run as a second loop with the same variable)
+    # then the range's other uses (outside the reduces)
     return ast.substitute(mapping).substitute({rng: outer * amount + lane})
-
-def renest(ast: UOp) -> UOp:
-    """Recompute every RANGE's enclosing loops (its extra sources) from the kernel's structure:
-    globals nest in id order; output UPCAST ranges sit inside every global; a reduce's ranges sit
-    inside the non-upcast ranges its value depends on."""
-    # (the STAGE loops of a staged copy keep their own nesting: they run before everything else)
-    ranges = [x for x in ast.toposort if x.op is Ops.RANGE and x.arg[1] is not AxisType.STAGE]
-    if not ranges: return ast
-    bare = {r: UOp(Ops.RANGE, r.dtype, (r.src[0],), r.arg) for r in ranges}
-    ast = ast.substitute(bare)
-    ranges = [x for x in ast.toposort if x.op is Ops.RANGE and x.arg[1] is not AxisType.STAGE]
-    reduces = [x for x in ast.toposort if x.op is Ops.REDUCE]
-    reduce_ranges = {r for red in reduces for r in red.src[1:]}
-    parents: dict[UOp, list[UOp]] = {}
-    outer = sorted([r for r in ranges if r not in reduce_ranges and r.arg[1] is not AxisType.UPCAST], key=lambda r: r.arg[0])
-    upcast_out = sorted([r for r in ranges if r not in reduce_ranges and r.arg[1] is AxisType.UPCAST], key=lambda r: r.arg[0])
-    chain = outer + upcast_out
-    for i, r in enumerate(chain): parents[r] = chain[:i]
-    for red in reduces:
-        own = list(red.src[1:])
-        enclosing = sorted([x for x in free_ranges(red.src[0]) if x not in own and x.arg[1] is not AxisType.UPCAST],
-                           key=lambda r: r.arg[0])
-        for i, r in enumerate(own):
-            previous = parents.get(r, [])
-            parents[r] = list(dict.fromkeys(previous + enclosing + own[:i]))
-    # build the new ranges, parents first
-    new: dict[UOp, UOp] = {}
-    def build(r: UOp, visiting: tuple = ()) -> UOp:
-        if r in new: return new[r]
-        if r in visiting: raise KernelOptError("ranges nest in a cycle")
-        srcs = tuple(build(p, visiting + (r,)) for p in parents.get(r, []) if p is not r)
-        new[r] = UOp(Ops.RANGE, r.dtype, (r.src[0],) + srcs, r.arg)
-        return new[r]
-    for r in ranges: build(r)
-    return ast.substitute(new)

@@ -30,7 +30,7 @@ from fusegrad.dtype import dtypes
 from fusegrad.uop.ops import UOp, Ops, AxisType
 from fusegrad.renderer import TensorCore
 from fusegrad.codegen.kernel import range_size, kernel_axes, ranges_in, address_stride
-from fusegrad.codegen.opt.actions import KernelOptError, pad_range, renest
+from fusegrad.codegen.opt.actions import KernelOptError, pad_range
 
 def _name(dtype) -> str: return repr(dtype).removeprefix("dtypes.")
 
@@ -129,4 +129,4 @@ def _rewrite(ast: UOp, tc: TensorCore, red: UOp, a: UOp, b: UOp, n: UOp, m: UOp 
                 lane = {red: UOp(Ops.GEP, red.dtype, (sums,), (i * N + j,)), n: outer[n] * N + j}
                 if m is not None: lane[m] = outer[m] * M + i
                 stores.append(st.substitute(lane))
-    return renest(ast.replace(src=tuple(stores)))
+    return ast.replace(src=tuple(stores))
