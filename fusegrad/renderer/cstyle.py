@@ -1,12 +1,14 @@
 """C-style renderers: one base that walks the linear program, small subclasses per language.
 
-``CStyleLanguage.render`` turns each linear UOp into a C expression or statement. A value used
-once is inlined into its user; loads and values used several times get a named variable. Loops
-are ``for`` statements, gated stores are ``if`` statements, gated loads are ternaries.
+``CStyleLanguage.render`` turns each linear UOp into a C expression or statement through a rule
+table (``rules``: op -> the method that renders it), which a dialect adapts by overriding methods. A
+value used once is inlined into its user; loads and values used several times get a named variable.
+Loops are ``for`` statements, gated stores are ``if`` statements, gated loads are ternaries.
 """
 from __future__ import annotations
 import math, struct
 from collections import Counter
+from dataclasses import dataclass, field
 from fusegrad.dtype import DType, PtrDType, dtypes
 from fusegrad.uop.ops import UOp, Ops, GroupOp, AxisType
 from fusegrad.renderer import Renderer, TensorCore
@@ -175,123 +177,126 @@ class CStyleLanguage(Renderer):
         return f"{self.buffer_prefix}{self.render_dtype(u.dtype.base)}* restrict {name}"
 
     # ---------------------------------------------------------------- the walk
+    # ``render`` visits the linear program once; each op renders through the rule its entry in ``rules``
+    # names (a method taking the walk's state and the uop). A dialect changes how an op renders by
+    # overriding that method or by mapping the op to its own; ALU ops, CAST and BITCAST share one rule.
+    rules: dict[Ops, str] = {
+        Ops.PARAM: "render_param_uop", Ops.DEFINE_VAR: "render_variable", Ops.CONST: "render_const_uop",
+        Ops.DEFINE_REG: "render_register", Ops.DEFINE_LOCAL: "render_local_uop", Ops.SPECIAL: "render_special_uop",
+        Ops.RANGE: "render_range", Ops.END: "render_end", Ops.INDEX: "render_index", Ops.VECTORIZE: "render_vectorize",
+        Ops.LOAD: "render_load", Ops.STORE: "render_store", Ops.GEP: "render_gep", Ops.WMMA: "render_wmma",
+        Ops.BARRIER: "render_barrier", Ops.CAST: "render_value", Ops.BITCAST: "render_value",
+        **{op: "render_value" for op in GroupOp.ALU}}
+
     def render(self, name: str, uops: list[UOp]) -> str:
-        uses: Counter[UOp] = Counter()
+        state = RenderState(uops, count_uses(uops))
         for u in uops:
-            for i, s in enumerate(u.src):
-                # operands that the rendered expression repeats count once per repetition
-                if u.dtype.count > 1 and u.op in (Ops.WHERE, Ops.MAX): uses[s] += (2 if u.op is Ops.WHERE else 3) if i == 0 else 2 if u.op is Ops.MAX else 1
-                elif u.op in (Ops.IDIV, Ops.MOD) and not dtypes.is_float(s.dtype): uses[s] += 2   # the trap guard repeats them
-                else: uses[s] += 2 if u.op is Ops.MAX else 1
-        expr: dict[UOp, str] = {}
-        params: list[str] = []             # variables, in list order, after the buffers
-        buffer_params: list[tuple[int, str]] = []
-        body: list[str] = []
-        depth = 1
-        counters: Counter[str] = Counter()
-        masked: set[DType] = set()         # vector dtypes loaded or stored under a lane mask
-        cleanup: list[str] = []            # statements that end the kernel (freeing heap buffers)
-        tensor_cores: set = set()          # the TensorCores whose helper functions the kernel calls
-        def fresh(prefix: str) -> str:
-            counters[prefix] += 1
-            return f"{prefix}{counters[prefix]-1}"
-        def emit(line: str) -> None: body.append("  " * depth + line)
-        def declare(u: UOp, value: str, prefix: str) -> None:
-            var = fresh(prefix)
-            emit(f"{self.render_dtype(u.dtype)} {var} = {value};")
-            expr[u] = var
-        for u in uops:
-            op = u.op
-            if op is Ops.PARAM:
-                expr[u] = f"data{u.arg}"
-                buffer_params.append((u.arg, self.render_param(u, expr[u])))
-            elif op is Ops.DEFINE_VAR:
-                # every variable travels as a 64-bit int; the kernel narrows it to its index type
-                expr[u] = u.arg[0]
-                params.append(f"const {self.render_dtype(dtypes.int64)} {u.arg[0]}_arg")
-                emit(f"const {self.render_dtype(u.dtype)} {u.arg[0]} = ({self.render_dtype(u.dtype)}){u.arg[0]}_arg;")
-            elif op is Ops.CONST: expr[u] = self.render_const(u.arg, u.dtype)
-            elif op is Ops.DEFINE_REG:
-                expr[u] = f"acc{u.arg}"
-                emit(f"{self.render_dtype(u.dtype.base)} {expr[u]}[{u.dtype.size}];")
-            elif op is Ops.DEFINE_LOCAL:
-                expr[u] = u.arg
-                declaration, release = self.render_local(u.arg, u.dtype.base, u.dtype.size)
-                emit(declaration)
-                if release: cleanup.append(release)
-            elif op is Ops.SPECIAL:
-                expr[u] = u.arg
-                emit(f"{self.render_dtype(u.dtype)} {u.arg} = {self.render_special(u.arg)};")
-            elif op is Ops.RANGE:
-                var = f"ridx{u.arg[0]}"
-                expr[u] = var
-                if u.arg[1] is AxisType.THREAD:
-                    registers = [expr[x] for x in uops if x.op is Ops.DEFINE_REG and x in expr]
-                    emit(f"#pragma omp parallel for schedule(static){' private(' + ', '.join(registers) + ')' if registers else ''}")
-                emit(f"for ({self.render_dtype(u.dtype)} {var} = 0; {var} < {expr[u.src[0]]}; {var}++) {{")
-                depth += 1
-            elif op is Ops.END:
-                depth -= 1
-                emit("}")
-            elif op is Ops.INDEX:
-                buf = expr[u.src[0]]
-                # an element of a register array of vectors
-                if u.src[0].dtype.base.count > 1 and u.dtype.base.count == 1: buf = f"(({self.render_dtype(u.dtype.base)}*){buf})"
-                expr[u] = f"{buf}[{_strip(expr[u.src[1]])}]"
-            elif op is Ops.VECTORIZE:
-                lanes = [f"-({expr[x]})" if x.dtype == dtypes.bool else expr[x] for x in u.src]
-                value = f"(({self.render_dtype(u.dtype)}){{{','.join(lanes)}}})"
-                if uses[u] > 1: declare(u, value, "vec")
-                else: expr[u] = value
-            elif op is Ops.LOAD and u.dtype.count > 1 and u.src[0].dtype.base.count == 1:
-                index, vec = u.src[0], self.render_dtype(u.dtype)   # V contiguous elements from a scalar address
-                address = f"{expr[index.src[0]]}+{expr[index.src[1]]}"
-                value = f"*(({vec}_u*)({address}))"
-                if len(index.src) > 2 and index.src[2].dtype.count > 1:   # a lane mask: a masked load
-                    masked.add(u.dtype)
-                    value = f"FG_LOAD_{vec}(({address}), ({expr[index.src[2]]}))"   # (commas inside arguments stay inside)
-                elif len(index.src) > 2: value = f"({expr[index.src[2]]}?{value}:({vec}){{0}})"
-                declare(u, value, "val")
-            elif op is Ops.STORE and u.src[1].dtype.count > 1 and u.src[0].dtype.base.count == 1:
-                index, vec = u.src[0], self.render_dtype(u.src[1].dtype)
-                address = f"{expr[index.src[0]]}+{expr[index.src[1]]}"
-                statement = f"*(({vec}_u*)({address})) = {_strip(expr[u.src[1]])};"
-                if len(index.src) > 2 and index.src[2].dtype.count > 1:
-                    masked.add(u.src[1].dtype)
-                    statement = f"FG_STORE_{vec}(({address}), ({expr[index.src[2]]}), ({expr[u.src[1]]}));"
-                elif len(index.src) > 2: statement = f"if ({_strip(expr[index.src[2]])}) {{ {statement} }}"
-                emit(statement)
-            elif op is Ops.LOAD:
-                index = u.src[0]
-                access = self.render_scalar_load(index, expr)
-                if len(index.src) > 2: access = f"({expr[index.src[2]]}?{access}:{self.render_const(0, u.dtype)})"
-                declare(u, access, "val")
-            elif op is Ops.STORE:
-                index, value = u.src[0], u.src[1]
-                statement = self.render_scalar_store(index, expr, _strip(expr[value]))
-                if len(index.src) > 2: statement = f"if ({_strip(expr[index.src[2]])}) {{ {statement} }}"
-                emit(statement)
-            elif op is Ops.GEP: expr[u] = f"({expr[u.src[0]]})[{u.arg[0]}]"
-            elif op is Ops.WMMA:
-                tensor_cores.add(u.arg)
-                declare(u, f"fg_wmma_{u.arg.name}({', '.join(_strip(expr[x]) for x in u.src)})", "wmma")
-            elif op is Ops.BARRIER:
-                if self.barrier: emit(self.barrier)
-            elif op in (Ops.CAST, Ops.BITCAST) or op in GroupOp.ALU:
-                s = [expr[x] for x in u.src]
-                if op is Ops.CAST: value = self.render_cast(u.dtype, s[0], u.src[0].dtype)
-                elif op is Ops.BITCAST: value = self.render_bitcast(u.dtype, s[0], u.src[0].dtype)
-                else: value = self.render_alu(u, s)
-                if uses[u] > 1: declare(u, _strip(value), "alu" if op is not Ops.CAST else "cast")
-                else: expr[u] = value
-            else:
-                raise NotImplementedError(f"{type(self).__name__} can't render {op}")
+            if (rule := self.rules.get(u.op)) is None: raise NotImplementedError(f"{type(self).__name__} can't render {u.op}")
+            getattr(self, rule)(state, u)
         # buffers in slot order (the runtime passes them that way), then the variables
-        body += ["  " + line for line in cleanup]
+        body = state.body + ["  " + line for line in state.cleanup]
         typedefs = self.vector_typedefs(uops)
         if typedefs: body = [typedefs.rstrip("\n")] + body
-        helpers = "".join(self.tensor_core_helper(tc) for tc in sorted(tensor_cores, key=lambda tc: tc.name))
-        return self.masked_access_macros(masked) + helpers + self.render_kernel(name, [p for _, p in sorted(buffer_params)] + params, body)
+        helpers = "".join(self.tensor_core_helper(tc) for tc in sorted(state.tensor_cores, key=lambda tc: tc.name))
+        return self.masked_access_macros(state.masked) + helpers + \
+            self.render_kernel(name, [p for _, p in sorted(state.buffer_params)] + state.params, body)
+
+    def render_param_uop(self, state: RenderState, u: UOp) -> None:
+        state.expr[u] = f"data{u.arg}"
+        state.buffer_params.append((u.arg, self.render_param(u, state.expr[u])))
+
+    def render_variable(self, state: RenderState, u: UOp) -> None:
+        # every variable travels as a 64-bit int; the kernel narrows it to its index type
+        state.expr[u] = u.arg[0]
+        state.params.append(f"const {self.render_dtype(dtypes.int64)} {u.arg[0]}_arg")
+        state.emit(f"const {self.render_dtype(u.dtype)} {u.arg[0]} = ({self.render_dtype(u.dtype)}){u.arg[0]}_arg;")
+
+    def render_const_uop(self, state: RenderState, u: UOp) -> None: state.expr[u] = self.render_const(u.arg, u.dtype)
+
+    def render_register(self, state: RenderState, u: UOp) -> None:
+        state.expr[u] = f"acc{u.arg}"
+        state.emit(f"{self.render_dtype(u.dtype.base)} {state.expr[u]}[{u.dtype.size}];")
+
+    def render_local_uop(self, state: RenderState, u: UOp) -> None:
+        state.expr[u] = u.arg
+        declaration, release = self.render_local(u.arg, u.dtype.base, u.dtype.size)
+        state.emit(declaration)
+        if release: state.cleanup.append(release)
+
+    def render_special_uop(self, state: RenderState, u: UOp) -> None:
+        state.expr[u] = u.arg
+        state.emit(f"{self.render_dtype(u.dtype)} {u.arg} = {self.render_special(u.arg)};")
+
+    def render_range(self, state: RenderState, u: UOp) -> None:
+        var = state.expr[u] = f"ridx{u.arg[0]}"
+        if u.arg[1] is AxisType.THREAD:
+            registers = [state.expr[x] for x in state.uops if x.op is Ops.DEFINE_REG and x in state.expr]
+            state.emit(f"#pragma omp parallel for schedule(static){' private(' + ', '.join(registers) + ')' if registers else ''}")
+        state.emit(f"for ({self.render_dtype(u.dtype)} {var} = 0; {var} < {state.expr[u.src[0]]}; {var}++) {{")
+        state.depth += 1
+
+    def render_end(self, state: RenderState, u: UOp) -> None:
+        state.depth -= 1
+        state.emit("}")
+
+    def render_index(self, state: RenderState, u: UOp) -> None:
+        buf = state.expr[u.src[0]]
+        # an element of a register array of vectors
+        if u.src[0].dtype.base.count > 1 and u.dtype.base.count == 1: buf = f"(({self.render_dtype(u.dtype.base)}*){buf})"
+        state.expr[u] = f"{buf}[{_strip(state.expr[u.src[1]])}]"
+
+    def render_vectorize(self, state: RenderState, u: UOp) -> None:
+        lanes = [f"-({state.expr[x]})" if x.dtype == dtypes.bool else state.expr[x] for x in u.src]
+        value = f"(({self.render_dtype(u.dtype)}){{{','.join(lanes)}}})"
+        if state.uses[u] > 1: state.declare(self, u, value, "vec")
+        else: state.expr[u] = value
+
+    def render_load(self, state: RenderState, u: UOp) -> None:
+        index, expr = u.src[0], state.expr
+        if u.dtype.count > 1 and index.dtype.base.count == 1:   # V contiguous elements from a scalar address
+            vec = self.render_dtype(u.dtype)
+            address = f"{expr[index.src[0]]}+{expr[index.src[1]]}"
+            value = f"*(({vec}_u*)({address}))"
+            if len(index.src) > 2 and index.src[2].dtype.count > 1:   # a lane mask: a masked load
+                state.masked.add(u.dtype)
+                value = f"FG_LOAD_{vec}(({address}), ({expr[index.src[2]]}))"   # (commas inside arguments stay inside)
+            elif len(index.src) > 2: value = f"({expr[index.src[2]]}?{value}:({vec}){{0}})"
+        else:
+            value = self.render_scalar_load(index, expr)
+            if len(index.src) > 2: value = f"({expr[index.src[2]]}?{value}:{self.render_const(0, u.dtype)})"
+        state.declare(self, u, value, "val")
+
+    def render_store(self, state: RenderState, u: UOp) -> None:
+        index, value, expr = u.src[0], u.src[1], state.expr
+        if value.dtype.count > 1 and index.dtype.base.count == 1:   # V contiguous elements to a scalar address
+            vec = self.render_dtype(value.dtype)
+            address = f"{expr[index.src[0]]}+{expr[index.src[1]]}"
+            statement = f"*(({vec}_u*)({address})) = {_strip(expr[value])};"
+            if len(index.src) > 2 and index.src[2].dtype.count > 1:
+                state.masked.add(value.dtype)
+                statement = f"FG_STORE_{vec}(({address}), ({expr[index.src[2]]}), ({expr[value]}));"
+                return state.emit(statement)
+        else: statement = self.render_scalar_store(index, expr, _strip(expr[value]))
+        if len(index.src) > 2: statement = f"if ({_strip(expr[index.src[2]])}) {{ {statement} }}"
+        state.emit(statement)
+
+    def render_gep(self, state: RenderState, u: UOp) -> None: state.expr[u] = f"({state.expr[u.src[0]]})[{u.arg[0]}]"
+
+    def render_wmma(self, state: RenderState, u: UOp) -> None:
+        state.tensor_cores.add(u.arg)
+        state.declare(self, u, f"fg_wmma_{u.arg.name}({', '.join(_strip(state.expr[x]) for x in u.src)})", "wmma")
+
+    def render_barrier(self, state: RenderState, u: UOp) -> None:
+        if self.barrier: state.emit(self.barrier)
+
+    def render_value(self, state: RenderState, u: UOp) -> None:
+        """ALU ops, CAST and BITCAST: an expression, inlined into its one user or named when used more often."""
+        s = [state.expr[x] for x in u.src]
+        if u.op is Ops.CAST: value = self.render_cast(u.dtype, s[0], u.src[0].dtype)
+        elif u.op is Ops.BITCAST: value = self.render_bitcast(u.dtype, s[0], u.src[0].dtype)
+        else: value = self.render_alu(u, s)
+        if state.uses[u] > 1: state.declare(self, u, _strip(value), "alu" if u.op is not Ops.CAST else "cast")
+        else: state.expr[u] = value
 
     # (dialects whose element type can't be dereferenced, like OpenCL's storage-only half, override these two)
     def render_scalar_load(self, index: UOp, expr: dict[UOp, str]) -> str:
@@ -312,6 +317,42 @@ class CStyleLanguage(Renderer):
 
     barrier = ""          # the workgroup barrier statement of a GPU dialect
     smem_prefix = ""      # the qualifier of workgroup-shared arrays
+
+def count_uses(uops: list[UOp]) -> Counter[UOp]:
+    """How many times each uop's rendered expression is repeated by its users (a value used more than once
+    gets a variable)."""
+    uses: Counter[UOp] = Counter()
+    for u in uops:
+        for i, s in enumerate(u.src):
+            # operands that the rendered expression repeats count once per repetition
+            if u.dtype.count > 1 and u.op in (Ops.WHERE, Ops.MAX): uses[s] += (2 if u.op is Ops.WHERE else 3) if i == 0 else 2 if u.op is Ops.MAX else 1
+            elif u.op in (Ops.IDIV, Ops.MOD) and not dtypes.is_float(s.dtype): uses[s] += 2   # the trap guard repeats them
+            else: uses[s] += 2 if u.op is Ops.MAX else 1
+    return uses
+
+@dataclass
+class RenderState:
+    """What the walk over one kernel has produced so far."""
+    uops: list[UOp]
+    uses: Counter[UOp]
+    expr: dict[UOp, str] = field(default_factory=dict)     # each rendered uop's C expression (or variable)
+    params: list[str] = field(default_factory=list)        # variables, in list order, after the buffers
+    buffer_params: list[tuple[int, str]] = field(default_factory=list)
+    body: list[str] = field(default_factory=list)
+    depth: int = 1
+    counters: Counter[str] = field(default_factory=Counter)
+    masked: set[DType] = field(default_factory=set)        # vector dtypes loaded or stored under a lane mask
+    cleanup: list[str] = field(default_factory=list)       # statements that end the kernel (freeing heap buffers)
+    tensor_cores: set = field(default_factory=set)         # the TensorCores whose helper functions the kernel calls
+    def fresh(self, prefix: str) -> str:
+        self.counters[prefix] += 1
+        return f"{prefix}{self.counters[prefix]-1}"
+    def emit(self, line: str) -> None: self.body.append("  " * self.depth + line)
+    def declare(self, renderer: CStyleLanguage, u: UOp, value: str, prefix: str) -> None:
+        """Name ``value`` in a variable of ``u``'s type."""
+        var = self.fresh(prefix)
+        self.emit(f"{renderer.render_dtype(u.dtype)} {var} = {value};")
+        self.expr[u] = var
 
 def _strip(text: str) -> str:
     """Drop one pair of redundant outer parentheses."""

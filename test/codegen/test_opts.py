@@ -602,3 +602,34 @@ def test_heuristic_dot_product_tile_puts_the_longer_axis_outside():
     opts = _opts_on(item.ast, "CPU")
     assert Opt(OptOps.SWAP, 0, 1) in opts, opts
     np.testing.assert_allclose(_run(item, opts, "CPU").reshape(64, 256), a @ b.T, rtol=1e-4, atol=1e-4)
+
+def test_heuristic_widths_come_from_the_renderer():
+    # the heuristic's vector widths are the renderer's (max_vector_bytes), not AVX-512 literals: a 32-byte (AVX2)
+    # renderer gets 8-lane vectors and an 8 x 16 matmul tile where AVX-512 gets 16 lanes and 8 x 32
+    from fusegrad.renderer.cstyle import ClangRenderer
+    class AVX2(ClangRenderer): max_vector_bytes = 32
+    x = Tensor.ones(256, 512).contiguous().realize()
+    elementwise = next(i.ast for i in (x * 2 + 1).schedule() if i.ast.op is Ops.SINK)
+    assert Opt(OptOps.UPCAST, 1, 16) in hand_coded_optimizations(elementwise, ClangRenderer())
+    assert Opt(OptOps.UPCAST, 1, 8) in hand_coded_optimizations(elementwise, AVX2())
+    a, b = Tensor.ones(64, 96).contiguous().realize(), Tensor.ones(96, 128).contiguous().realize()
+    matmul = next(i.ast for i in (a @ b).schedule() if i.ast.op is Ops.SINK)
+    assert hand_coded_optimizations(matmul, ClangRenderer())[:2] == [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 32)]
+    # (two 8-lane vectors per tile row, 16 vector registers of accumulators: 8 rows)
+    assert hand_coded_optimizations(matmul, AVX2())[:2] == [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 16)]
+
+def test_gpu_heuristic_numbers_come_from_the_renderer():
+    from fusegrad.renderer.opencl import OpenCLRenderer
+    from fusegrad.codegen.kernel import local_axes, range_size
+    from fusegrad.helpers import prod
+    class SmallGroups(OpenCLRenderer): workgroup_threads, thread_accumulators = 32, 4
+    a, b = Tensor.ones(128, 64).contiguous().realize(), Tensor.ones(64, 128).contiguous().realize()
+    matmul = next(i.ast for i in (a @ b).schedule() if i.ast.op is Ops.SINK)
+    for renderer, threads, tile in ((OpenCLRenderer(), 128, 16), (SmallGroups(), 32, 4)):
+        ast = matmul
+        for opt in hand_coded_optimizations(matmul, renderer): ast = apply_opt(ast, opt, renderer)
+        assert prod(range_size(r) for r in local_axes(ast)) == threads
+        lanes = {r for x in ast.toposort if x.op is Ops.REDUCE for r in x.src[1:]}   # (UNROLL's partial sums)
+        upcasts = [x for x in ast.toposort if x.op is Ops.RANGE and x.arg[1].name == "UPCAST" and x not in lanes]
+        assert prod(range_size(r) for r in upcasts) == tile
+    assert SmallGroups().options != OpenCLRenderer().options   # and so they are different cache entries

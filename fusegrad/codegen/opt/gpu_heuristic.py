@@ -9,24 +9,22 @@ heuristic's main job is to give threads work in a shape the memory system likes:
    which every input is contiguous) uses GROUP instead: neighbouring threads read neighbouring elements of a row
    (coalesced), several rows share a workgroup (LOCAL) and each thread keeps a few rows (UPCAST).
 2. **Register tiles.** A reduce that reads several inputs, each broadcast along some output axis (matmul, conv),
-   gets an UPCAST tile of up to ``TILE`` accumulators per thread: each loaded value is reused across the tile.
+   gets an UPCAST tile of up to ``renderer.thread_accumulators`` accumulators per thread: each loaded value is reused across the tile.
 3. **Partial sums.** Otherwise a long reduce gets UNROLL 4 (independent adds in flight).
 4. **Workgroups.** The remaining output axes are split into LOCAL threads, innermost axis first (consecutive
-   threads touch consecutive addresses), up to ``LOCAL_THREADS`` per workgroup.
+   threads touch consecutive addresses), up to ``renderer.workgroup_threads`` per workgroup.
 
 Every action is tried on the kernel as it is after the previous ones and kept only if it is legal, so the
 result always applies. BEAM (codegen/opt/search.py) refines it with timings from the device.
 """
 from __future__ import annotations
-from fusegrad.helpers import prod, getenv
+from fusegrad.helpers import prod
 from fusegrad.uop.ops import UOp, Ops, AxisType
 from fusegrad.codegen.kernel import kernel_axes, range_size, loads_depending_on, address_stride
 from fusegrad.codegen.opt.actions import Opt, OptOps, KernelOptError, apply_opt
 
-LOCAL_THREADS = getenv("GPU_LOCAL_THREADS", 128)   # threads per workgroup the heuristic aims for
-TILE = 16                                          # accumulators of a register tile per thread
-GROUP_MIN_REDUCE = 1024                            # reduces at least this long, with few outputs, are grouped
-GROUP_MAX_OUTPUTS = 2048
+# (the hardware numbers, threads per workgroup and accumulators per thread, are the renderer's)
+GROUP_MIN_REDUCE = 1024   # reduces at least this long, with at most ``renderer.filling_outputs`` outputs, are grouped
 
 class _Builder:
     """The kernel as optimized so far, and the actions that got it there."""
@@ -63,17 +61,17 @@ def gpu_optimizations(ast: UOp, renderer) -> list[Opt]:
     reduce_size = prod(range_size(r) for r in reduces) if sizes_known and reduces else 0
     if reduce_nodes and reduces and sizes_known and renderer.has_shared:
         if _matvec(k, globals_, reduces, loads): return k.opts
-        if reduce_size >= GROUP_MIN_REDUCE and outputs <= GROUP_MAX_OUTPUTS:
+        if reduce_size >= GROUP_MIN_REDUCE and outputs <= renderer.filling_outputs:
             first = reduces[0]
             amount = _divisor(range_size(first), (256, 128, 64, 32, 16))
             if amount is not None and k.apply(OptOps.GROUPTOP, first, amount):
-                _add_locals(k, LOCAL_THREADS // amount)
+                _add_locals(k, renderer.workgroup_threads // amount)
                 return k.opts
     if reduce_nodes and sizes_known: _register_tile(k, globals_, loads)
     if reduce_nodes and reduce_size >= 64:
         innermost = k.ranges(AxisType.REDUCE)[-1:]
         if innermost and range_size(innermost[0]) % 4 == 0 and range_size(innermost[0]) > 4: k.apply(OptOps.UNROLL, innermost[0], 4)
-    if sizes_known: _add_locals(k, LOCAL_THREADS)
+    if sizes_known: _add_locals(k, renderer.workgroup_threads)
     return k.opts
 
 def _matvec(k: _Builder, globals_: list[UOp], reduces: list[UOp], loads: list[UOp]) -> bool:
@@ -93,13 +91,13 @@ def _matvec(k: _Builder, globals_: list[UOp], reduces: list[UOp], loads: list[UO
 
 def _register_tile(k: _Builder, globals_: list[UOp], loads: list[UOp]) -> None:
     """UPCAST output axes that some input is broadcast along (its loaded values are reused across the tile),
-    innermost first, by 4 (else 3 or 2), up to ``TILE`` accumulators."""
+    innermost first, by 4 (else 3 or 2), up to ``renderer.thread_accumulators`` accumulators."""
     if len(loads) < 2: return
     tile = 1
     for rng in reversed(globals_):
         if len(loads_depending_on(loads, rng)) == len(loads): continue   # no input reused along it
         amount = _divisor(range_size(rng), (4, 3, 2))
-        if amount is None or tile * amount > TILE or range_size(rng) < 2 * amount: continue
+        if amount is None or tile * amount > k.renderer.thread_accumulators or range_size(rng) < 2 * amount: continue
         current = next((r for r in k.ranges(AxisType.GLOBAL, AxisType.LOOP) if r.arg[0] == rng.arg[0]), None)
         if current is not None and k.apply(OptOps.UPCAST, current, amount): tile *= amount
 

@@ -24,22 +24,31 @@ def _largest_divisor(size, options: tuple[int, ...]) -> int | None:
         if size % amount == 0 and size >= amount: return amount
     return None
 
+def float_lanes(renderer) -> int:
+    """float32 lanes of the renderer's widest vector register (16 on AVX-512), at least 4: the unit of the
+    vector widths below (their measurements were taken at 16)."""
+    return max(4, renderer.max_vector_bytes // 4)
+
+def widths(top: int) -> tuple[int, ...]:
+    """Vector widths from ``top`` lanes down to 4, halving: ``widths(32)`` is (32, 16, 8, 4)."""
+    return tuple(top >> i for i in range(top.bit_length()) if top >> i >= 4)
+
 def _tile_amount(size, preferred: tuple[int, ...], limit: int) -> int | None:
     """A preferred divisor of ``size``, else its largest divisor in 2..limit."""
     if not isinstance(size, int): return None
     if (amount := _largest_divisor(size, preferred)) is not None: return amount
     return next((d for d in range(min(limit, size), 1, -1) if size % d == 0), None)
 
-def _column_amount(size) -> int | None:
-    """How many columns a register tile takes. A vector width (32/16/8/4) that splits the axis comes
+def _column_amount(size, lanes: int) -> int | None:
+    """How many columns a register tile takes. A vector width (two registers' lanes down to 4) that splits the axis comes
     first: a split keeps the column the innermost loop (a whole-axis upcast nests outside the split
     ones) and codegen/vectorize.py can emit it as vector code (MNIST step 720 -> 672 ms). A whole
     small window (a weight gradient's 3 or 5 kernel columns) is taken whole; a longer odd axis (10)
     is still split in two or more, to stay innermost (2x on a 10-wide conv row's input gradient)."""
     if not isinstance(size, int) or size < 2: return None
-    if (width := next((w for w in (32, 16, 8, 4) if size % w == 0 and w < size), None)) is not None: return width
-    if size <= 8: return size
-    return _tile_amount(size, (), min(16, size // 2)) or size
+    if (width := next((w for w in widths(2 * lanes) if size % w == 0 and w < size), None)) is not None: return width
+    if size <= lanes // 2: return size
+    return _tile_amount(size, (), min(lanes, size // 2)) or size
 
 def _register_tile(globals_: list[UOp], loads: list[UOp], renderer) -> list[tuple[UOp, int]]:
     """Pick the axes of a register tile for a reduce that reads several buffers (matmul, conv and
@@ -56,12 +65,13 @@ def _register_tile(globals_: list[UOp], loads: list[UOp], renderer) -> list[tupl
     Tile sizes were measured on AVX-512 (2 cores): about 16 vector registers of accumulators when the
     column is a multiple of 8 lanes, about 100-160 scalars otherwise. gcc unrolls a tile loop into registers only up to
     16 iterations, so odd column sizes stay at or below 16; 32 columns are two AVX-512 registers."""
+    lanes = float_lanes(renderer)
     depends = {g: loads_depending_on(loads, g) for g in globals_ if isinstance(range_size(g), int)}
     column = next((g for g in reversed(globals_) if g in depends and depends[g] and frozenset(loads) - depends[g]), None)
-    if column is None or (column_amount := _column_amount(range_size(column))) is None: return []
+    if column is None or (column_amount := _column_amount(range_size(column), lanes)) is None: return []
     # about ``renderer.vector_registers`` (16) vector registers of accumulators (rows x neighbour x vectors per column): 8 rows of a
     # 32-wide column, 16 of a 16- or 8-wide one (8 x 2 neighbours: 16 rows x 2 spilled, 7.1 -> 2.7 ms)
-    budget = renderer.vector_registers // (column_amount // min(column_amount, 16)) if column_amount % 8 == 0 \
+    budget = renderer.vector_registers // (column_amount // min(column_amount, lanes)) if column_amount % (lanes // 2) == 0 \
         else renderer.scalar_accumulators // column_amount
     # split upcasts nest in the order applied (rows, neighbour, column innermost; the other order of
     # rows and neighbour measured 2-4x slower); a whole-axis upcast keeps its axis position, outside
@@ -76,7 +86,7 @@ def _register_tile(globals_: list[UOp], loads: list[UOp], renderer) -> list[tupl
         budget //= amount
     else: neighbour = None
     rows = [g for g in reversed(globals_) if g in depends and g is not column and not (depends[g] & depends[column])]
-    row_options = (16, 8, 4) if column_amount % 8 == 0 else (8, 4)
+    row_options = widths(lanes) if column_amount % (lanes // 2) == 0 else widths(lanes // 2)
     if rows:
         size = range_size(rows[0])
         row_amount = next((a for a in row_options if a <= budget and size % a == 0), None) or _tile_amount(size, (), min(budget, 8))
@@ -94,7 +104,7 @@ def _dot_product_tile(globals_: list[UOp], reduces: list[UOp], loads: list[UOp],
     8 -> 5.4 ms). Returns (tile, lanes), or None."""
     reduce = reduces[-1]
     along = loads_depending_on(loads, reduce)
-    width = next((w for w in (lanes, lanes // 2) if w >= 8 and isinstance(range_size(reduce), int) and range_size(reduce) % w == 0), None)
+    width = next((w for w in (lanes, lanes // 2) if w >= lanes // 2 >= 4 and isinstance(range_size(reduce), int) and range_size(reduce) % w == 0), None)
     if width is None or len(along) < 2 or any(address_stride(ld.src[0], reduce) != 1 for ld in along): return None
     full = _register_tile(globals_, loads, renderer)
     tile = list(full)
@@ -122,7 +132,7 @@ def _channel_tile(globals_: list[UOp], loads: list[UOp], lanes: int) -> list[tup
     Returns [] when the usual tile already fills vectors or no channel axis fits."""
     depends = {g: loads_depending_on(loads, g) for g in globals_ if isinstance(range_size(g), int)}
     column = next((g for g in reversed(globals_) if g in depends and depends[g] and frozenset(loads) - depends[g]), None)
-    if column is None or (column_amount := _column_amount(range_size(column))) is None: return []
+    if column is None or (column_amount := _column_amount(range_size(column), lanes)) is None: return []
     # a column that fills vectors is better, unless its loads are gated along it (a padded conv's
     # input: before masked vector loads its loop stayed scalar, 16 GFLOPS on a 64-channel 32x32 conv;
     # with them the two tiles measure within this machine's noise, and the channel tile stays)
@@ -142,11 +152,11 @@ def _channel_tile(globals_: list[UOp], loads: list[UOp], lanes: int) -> list[tup
             tile.insert(0, (neighbour, more))
     return tile + [(channel, lanes)]
 
-def _one_vector(size: int) -> int:
-    """The vector width (4, 8 or 16 lanes) that a short axis of 3..16 elements is padded to."""
-    return next(w for w in (4, 8, 16) if w >= size)
+def _one_vector(size: int, lanes: int) -> int:
+    """The vector width (4, 8, .. ``lanes``) that a short axis of 3..``lanes`` elements is padded to."""
+    return next(w for w in reversed(widths(lanes)) if w >= size)
 
-def _elementwise_vector(ast: UOp, innermost: UOp) -> tuple[int, bool] | None:
+def _elementwise_vector(ast: UOp, innermost: UOp, lanes: int) -> tuple[int, bool] | None:
     """(lanes, padded) for an elementwise kernel's innermost axis: 16, 8 or 4 when one divides it, else a
     short axis (3..16: a 6-wide image row) padded to one vector (masked lanes), when every load is
     contiguous along it, broadcast, or irregular (a pooling window's ``x // 2``: gathered lane by lane,
@@ -155,11 +165,11 @@ def _elementwise_vector(ast: UOp, innermost: UOp) -> tuple[int, bool] | None:
     faster for it."""
     loads = [x for x in ast.toposort if x.op is Ops.LOAD and x.src[0].op is Ops.INDEX]
     if any(address_stride(ld.src[0], innermost) not in (0, 1, None) for ld in loads): return None
-    if (lanes := _largest_divisor(range_size(innermost), (16, 8, 4))) is not None: return lanes, False
-    if isinstance(range_size(innermost), int) and 2 < range_size(innermost) <= 16: return _one_vector(range_size(innermost)), True
+    if (width := _largest_divisor(range_size(innermost), widths(lanes))) is not None: return width, False
+    if isinstance(range_size(innermost), int) and 2 < range_size(innermost) <= lanes: return _one_vector(range_size(innermost), lanes), True
     return None
 
-def _column_sums(column: UOp, reduce: UOp, loads: list[UOp]) -> int | None:
+def _column_sums(column: UOp, reduce: UOp, loads: list[UOp], lanes: int) -> int | None:
     """Outputs per vector for a reduce down the columns of a row-major matrix (``v @ A``, ``x.sum(0)``):
     the loads move contiguously along the output axis and with a stride along the reduce, so 64 outputs
     at a time read a row's piece as four vectors, where partial sums along the reduce would walk down
@@ -167,16 +177,16 @@ def _column_sums(column: UOp, reduce: UOp, loads: list[UOp]) -> int | None:
     along = loads_depending_on(loads, column)
     if not along or any(address_stride(ld.src[0], column) != 1 for ld in along): return None
     if all(address_stride(ld.src[0], reduce) in (0, 1) for ld in loads_depending_on(loads, reduce)): return None
-    return _largest_divisor(range_size(column), (64, 32, 16, 8, 4))
+    return _largest_divisor(range_size(column), widths(4 * lanes))
 
-def _pooling_row_vector(globals_: list[UOp], reduces: list[UOp], loads: list[UOp]) -> int | None:
+def _pooling_row_vector(globals_: list[UOp], reduces: list[UOp], loads: list[UOp], lanes: int) -> int | None:
     """Lanes for a pooling window's short output row: a small reduce (at most 4x4) over a row of 3 to 16
     outputs that no vector width divides (a 2x2 max-pool of 20-wide rows has 10) is padded to one vector
     (masked lanes), so the data-dependent max runs as vector selects, not branches (MNIST 9.7 -> 0.8 ms)."""
     row = globals_[-1] if globals_ else None
     if row is None or not loads_depending_on(loads, row) or not all(isinstance(range_size(r), int) for r in reduces + [row]): return None
-    if prod(range_size(r) for r in reduces) > 16 or not 2 < range_size(row) <= 16 or range_size(row) % 4 == 0: return None
-    return _one_vector(range_size(row))
+    if prod(range_size(r) for r in reduces) > 16 or not 2 < range_size(row) <= lanes or range_size(row) % 4 == 0: return None
+    return _one_vector(range_size(row), lanes)
 
 def _as_opts(axes: list[UOp], choices: list[tuple[UOp, Any, OptOps]]) -> list[Opt]:
     """Turn (axis, amount, op) choices into Opts, following how axis numbers shift: a full-size
@@ -234,18 +244,19 @@ def _reduce_choices(ast: UOp, renderer, globals_: list[UOp], reduces: list[UOp],
         if any(address_stride(ld.src[0], channel) != 1 for ld in loads_depending_on(loads, channel)) and staged_loads(ast, channel, renderer):
             choices.append((channel, 0, OptOps.STAGE))
         return choices + [(rng, amount, OptOps.UPCAST) for rng, amount in tile]
-    if lanes and (width := _pooling_row_vector(globals_, reduces, loads)):
+    if lanes and (width := _pooling_row_vector(globals_, reduces, loads, lanes)):
         return [(globals_[-1], width, OptOps.PADTO), (globals_[-1], width, OptOps.UPCAST)]
     if tiled and (tile := _register_tile(globals_, loads, renderer)):
         choices = [(rng, amount, OptOps.UPCAST) for rng, amount in tile]
         return choices + ([(tile[0][0], tile[1][0], OptOps.SWAP)] if _columns_outside(globals_, tile) else [])
-    if len(globals_) == 1 and (columns := _column_sums(globals_[0], reduces[-1], loads)):
+    if len(globals_) == 1 and (columns := _column_sums(globals_[0], reduces[-1], loads, float_lanes(renderer))):
         return [(globals_[0], columns, OptOps.UPCAST)]
     # a long reduction: partial sums in lanes (C can't reorder float adds into vectors itself), on the
     # innermost reduce axis with a vector-width size (else the last one's largest small divisor)
     if all(isinstance(range_size(r), int) for r in reduces) and prod(range_size(r) for r in reduces) >= 64:
-        lane_axis = next((r for r in reversed(reduces) if _largest_divisor(range_size(r), (16, 8, 4))), reduces[-1])
-        if (amount := _tile_amount(range_size(lane_axis), (16, 8, 4), 16)) is not None and amount >= 4:
+        partial_sums = widths(float_lanes(renderer))
+        lane_axis = next((r for r in reversed(reduces) if _largest_divisor(range_size(r), partial_sums)), reduces[-1])
+        if (amount := _tile_amount(range_size(lane_axis), partial_sums, partial_sums[0])) is not None and amount >= 4:
             return [(lane_axis, amount, OptOps.UNROLL)]
     return []
 
@@ -299,7 +310,8 @@ def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
     if reduce_nodes and reduces and len(reduce_nodes) <= 4:
         loads = list(dict.fromkeys(x for x in reduce_nodes[0].src[0].toposort if x.op is Ops.LOAD))
         choices = _reduce_choices(ast, renderer, globals_, reduces, loads)
-    elif not reduce_nodes and globals_ and renderer.vector_loops and work >= 1 << 16 and (vector := _elementwise_vector(ast, globals_[-1])):
+    elif not reduce_nodes and globals_ and renderer.vector_loops and work >= 1 << 16 and \
+            (vector := _elementwise_vector(ast, globals_[-1], float_lanes(renderer))):
         lanes, padded = vector
         choices += ([(globals_[-1], lanes, OptOps.PADTO)] if padded else []) + [(globals_[-1], lanes, OptOps.UPCAST)]
     opts = _as_opts(axes, choices)
