@@ -394,3 +394,21 @@ def test_runtime_on_a_fake_driver_launches(fake_cuda):
     assert driver.launches == [((1, 12, 1), (3, 85, 1), [0x1000, 0x2000, 7]),   # flat: ceil(1000 / 85) blocks of 3 x 85
                                ((4, 4, 1), (16, 8, 1), [0x3000, 2**64 - 1, 5]),  # exact; -1 travels as a 64-bit int
                                ((4, 1, 1), (250, 1, 1), [0x4000, 0x5000, 0x6000])]
+
+# ---------------------------------------------------------------- every kernel of the op tests
+
+OP_TEST_FILES = ["test/test_tensor_ops.py", "test/test_gradient.py", "test/test_ops_functional.py", "test/test_ops_processing.py"]
+
+@pytest.mark.hang_guard(1800)
+def test_every_op_test_kernel_compiles_for_cuda():
+    """Every kernel the op, gradient and functional tests realize on the CPU also renders for CUDA (with the CUDA
+    heuristic's own actions) and compiles to PTX with NVRTC (test/cuda_compile_check.py, a pytest plugin, in a
+    subprocess): about 3,100 distinct kernels. The tests' PYTHON-device twins, which realize the same kernels, are left out."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "DEV": "CPU", "FUSEGRAD_TEST_DESELECT_DEVICES": "PYTHON",
+           "PYTHONPATH": os.pathsep.join([os.path.join(root, "test")] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "cuda_compile_check", "-p", "no:cacheprovider",
+                             *OP_TEST_FILES], cwd=root, env=env, capture_output=True, text=True, timeout=1750)
+    assert result.returncode == 0, f"op tests with the CUDA compile check failed:\n{result.stdout[-6000:]}\n{result.stderr[-2000:]}"
+    compiled = re.search(r"cuda_compile_check: (\d+) distinct kernels", result.stdout)
+    assert compiled is not None and int(compiled.group(1)) > 1500, result.stdout[-2000:]
