@@ -132,15 +132,19 @@ def _is_new_buffer_view(node: UOp, new: UOp, seen: dict, shape: tuple | None = N
     ``seen`` holds the old-graph nodes walked so far: an existing buffer is among them, a new one not."""
     if new.op is Ops.MULTI:   # a sharded value: one new buffer per device
         return node.op is not Ops.ASSIGN and all(_is_new_buffer_view(node, shard, seen, shard.shape) for shard in new.src)
-    if node.op is Ops.ASSIGN or new.op not in (Ops.BUFFER, Ops.RESHAPE) or new.base.op is not Ops.BUFFER: return False
+    if node.op is Ops.ASSIGN or (new.op is not Ops.BUFFER and new.op is not Ops.RESHAPE) or (base := new.base).op is not Ops.BUFFER: return False
     shape = node.shape if shape is None else shape
-    if new.base in seen or not all(isinstance(s, int) for s in shape): return False
-    return new.base.arg[2] == math.prod(shape) > 0
+    if base in seen: return False
+    for s in shape:
+        if type(s) is not int and not isinstance(s, int): return False   # a symbolic size
+    return base.arg[2] == math.prod(shape) > 0
 
 def _views_existing_buffers(new: UOp, seen: dict) -> bool:
     """Is ``new`` only a view of buffers among ``seen`` (the old graph), per shard for MULTI?"""
-    parts = new.src if new.op is Ops.MULTI else (new,)
-    return all(p.base.op is Ops.BUFFER and p.base in seen for p in parts)
+    if new.op is not Ops.MULTI:   # (one view, the eager case: no generator)
+        base = new.base
+        return base.op is Ops.BUFFER and base in seen
+    return all(p.base.op is Ops.BUFFER and p.base in seen for p in new.src)
 
 def record_origins(becomes: dict[UOp, UOp], graphs: list[UOp], grad_leaves: set[UOp], value_leaves: set[UOp],
                    live: list[UOp]) -> list[UOp]:
@@ -166,13 +170,15 @@ def record_origins(becomes: dict[UOp, UOp], graphs: list[UOp], grad_leaves: set[
     # or two) sources, and the substituted graph (what the tensors got) is only built for origins that
     # need it (those reaching a grad leaf), not for every node.
     substitute = _Substitution(replaced)
+    # (Ops members as locals: on Python 3.11 each Ops.X is a slow class-attribute lookup, several per node here)
+    buffer_op, detach_op, custom_op = Ops.BUFFER, Ops.DETACH, Ops.CUSTOM
     for graph in graphs:
         for node in graph.toposort:
             if node in reaches: continue
             op, src = node.op, node.src
-            grad_reach = op is Ops.BUFFER and node in _ORIGINS
+            grad_reach = op is buffer_op and node in _ORIGINS
             value_reach = grad_reach
-            if src and op is not Ops.DETACH:
+            if src and op is not detach_op:
                 for s in src:
                     if s in grad_leaves or reaches[s]:
                         grad_reach = value_reach = True
@@ -183,8 +189,8 @@ def record_origins(becomes: dict[UOp, UOp], graphs: list[UOp], grad_leaves: set[
             # the parameter must remain visible to backward as itself)
             if (new := becomes.get(node)) is None or _views_existing_buffers(new, reaches): continue
             replaced[node] = new
-            if not (grad_reach or value_reach or op is Ops.CUSTOM) or not _is_new_buffer_view(node, new, reaches): continue
-            if op is Ops.CUSTOM and (new.base in candidates or grad_reach):
+            if not (grad_reach or value_reach or op is custom_op) or not _is_new_buffer_view(node, new, reaches): continue
+            if op is custom_op and (new.base in candidates or grad_reach):
                 # a node with an explicit gradient becomes the buffer its value graph src[0] became: it is
                 # the origin, around that value graph (not around the buffer itself, which would be a cycle),
                 # or backward would differentiate the value graph. The value graph was recorded already when

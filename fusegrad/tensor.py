@@ -14,15 +14,23 @@ from fusegrad.dtype import (DType, dtypes, least_upper_dtype, least_upper_float,
                             from_np, ConstType)
 from fusegrad.helpers import argfix, prod, all_int, DEBUG, TRAINING, ceildiv, flatten, getenv, SPLIT_REDUCEOP
 from fusegrad.uop.ops import UOp, Ops, GroupOp, resolve, smax, sint_to_uop
-from fusegrad.device import Device, Buffer
+from fusegrad.device import Device, Buffer, MallocAllocator
 from fusegrad.schedule import create_schedule, ScheduleItem
+from fusegrad.schedule.tensor_rules import const_value   # (module level: _is_realized_uop runs on every realize)
 from fusegrad.buffers import new_buffer_uop, buffer_of, BUFFERS
 from fusegrad.engine.realize import run_schedule
+from fusegrad.gradient import record_origins   # (module level: an import inside _apply_becomes cost ~1.4 us per realize)
 from fusegrad.mixins.processing import ProcessingMixin
 from fusegrad.mixins.functional import FunctionalMixin
 from fusegrad.codegen.transcendental import xsin
 
 all_tensors: "weakref.WeakSet[Tensor]" = weakref.WeakSet()
+
+def _live_tensors() -> list["Tensor"]:
+    """Every live Tensor, as ``list(all_tensors)``. That goes through WeakSet's Python iterator and its
+    iteration guard (~3 us even for one tensor, on every realize); this copies the set of weak
+    references in one C call (no callback can run during it) and dereferences them."""
+    return [t for ref in all_tensors.data.copy() if (t := ref()) is not None]
 
 # floats narrower than float32: their sums accumulate in float32 and return in the input's dtype (tinygrad's
 # rule), and their math (exp, log, sin ...) computes in float32 and rounds once
@@ -169,6 +177,11 @@ class _TrainMode:
         return wrapper
 
 _CLONE_IDS = itertools.count()   # makes every clone() a distinct UOp (see Tensor.clone)
+# Python numbers recently met as an operand (Tensor._broadcast_scalar): (value or its float bits, dtype, device,
+# shape) -> the broadcast constant. Kept alive here, an eager loop's `x + 1` finds its constant's four nodes
+# (and their shapes) built instead of building and freeing them on every call; they hold no buffers.
+_SCALAR_OPERANDS: dict[tuple, UOp] = {}
+_SCALAR_OPERANDS_SIZE = 512
 
 class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     """A lazy multi-dimensional array with autograd. See the module docstring for an example."""
@@ -366,7 +379,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if len(items) > 1:
             from fusegrad.engine.memory import plan_memory, referenced_buffers
             # buffers read by live tensors or by graphs kept for autograd must get their own memory
-            keep = referenced_buffers([t.uop for t in list(all_tensors)] + origins)
+            keep = referenced_buffers([t.uop for t in _live_tensors()] + origins)
             plan_memory([item.buffer_uops for item in items], keep, BUFFERS)
         run_schedule(items, do_update_stats=do_update_stats)
         return self
@@ -845,7 +858,8 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if count == 0: return Tensor(UOp.const(dtype, 0, device, tuple(shape)))
         memory = (ctypes.c_uint8 * (count * dtype.itemsize)).from_address(ptr)
         buffer = new_buffer_uop(device, count, dtype)
-        if device in ("CPU", "PYTHON") or device.startswith(("CPU:", "PYTHON:")): buffer_of(buffer).allocate(memory)
+        # every device whose buffers are host memory (CPU, LLVM, PYTHON) wraps the caller's memory instead of copying it
+        if isinstance(Device[device].allocator, MallocAllocator): buffer_of(buffer).allocate(memory)
         else: buffer_of(buffer).allocate().copyin(memoryview(memory))
         return Tensor(buffer.reshape(tuple(shape)))
     @staticmethod
@@ -1037,9 +1051,13 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         uop = UOp(op, dtype or self.dtype, (self.uop,) + tuple(s.uop for s in srcs), arg)
         return Tensor(uop, requires_grad=self._grad_flag(*srcs))
     def _grad_flag(self, *srcs: "Tensor") -> bool | None:
-        flags = [t.requires_grad for t in (self, *srcs)]
-        if any(f is True for f in flags): return True
-        return None if any(f is None for f in flags) else False
+        # True if any operand requires grad, else None if any is undecided, else False (one plain
+        # loop: this runs for every op built)
+        flag: bool | None = False
+        for t in (self, *srcs):
+            if (f := t.requires_grad) is True: return True
+            if f is None: flag = None
+        return flag
     def _const(self, value: Any, dtype: DType | None = None, shape: tuple | None = None) -> "Tensor":
         return Tensor(UOp.const(dtype or self.dtype, value, self.device, self.shape if shape is None else shape), requires_grad=False)
     def _to_tensor(self, x: Any, dtype: DType | None = None) -> "Tensor":
@@ -1050,6 +1068,8 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return Tensor(UOp.const(dtype or dtypes.from_py(x), x, self.device, ()), requires_grad=False)
     def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True) -> tuple["Tensor", "Tensor"]:
         x: Tensor = self
+        if match_dtype and type(y) in (int, float) and (scalar := x._broadcast_scalar(y)) is not None:
+            return (scalar, x) if reverse else (x, scalar)
         if not isinstance(y, Tensor):
             y = x._to_tensor(y)
         if x.device != y.device:
@@ -1064,6 +1084,29 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if reverse: x, y = y, x
         shape = _broadcast_shape(x.shape, y.shape)
         return x._broadcast_to(shape), y._broadcast_to(shape)
+    def _broadcast_scalar(self, value: int | float) -> "Tensor | None":
+        """A Python number as the other operand of an op with this tensor, when the number adopts this
+        tensor's dtype: the same UOps the general path builds (_to_tensor, cast, reshape, expand),
+        without its four intermediate Tensors, which were most of an eager ``x + 1``'s graph building.
+        None when the general path is needed (the dtype changes; a multi-device or DISK tensor)."""
+        uop = self.uop
+        device, dtype, shape = uop.device, uop.dtype, uop.shape
+        # a float by its bits: 0.0 and -0.0 (equal, with one hash) are different constants
+        key = (value if type(value) is int else struct.pack("<d", value), dtype, device, shape)
+        if (operand := _SCALAR_OPERANDS.get(key)) is None:
+            if type(device) is not str or device.startswith("DISK:"): return None
+            weak = dtypes.weakfloat if type(value) is float else dtypes.weakint
+            # (whether a literal adopts a dtype doesn't depend on the default dtypes, so a cached entry stays valid)
+            if least_upper_dtype(dtype, weak) != dtype: return None
+            # (the literal's weak constant, then its cast: a weak CONST takes the dtype with the value converted)
+            operand = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), dtypes.as_const(dtypes.as_const(value, weak), dtype))
+            if shape:
+                ones = (1,) * len(shape)
+                operand = UOp(Ops.RESHAPE, dtype, (operand,), ones)
+                if shape != ones: operand = UOp(Ops.EXPAND, dtype, (operand,), shape)
+            if len(_SCALAR_OPERANDS) >= _SCALAR_OPERANDS_SIZE: _SCALAR_OPERANDS.pop(next(iter(_SCALAR_OPERANDS)))
+            _SCALAR_OPERANDS[key] = operand
+        return Tensor(operand, requires_grad=False)
     def _broadcast_to(self, shape: tuple) -> "Tensor":
         if self.shape == shape: return self
         if self.ndim > len(shape): raise ValueError(f"cannot broadcast {self.shape} to {shape}")
@@ -1210,7 +1253,11 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         [[1, 2], [3, 4]]
         """
         shape = argfix(*shape)
-        if shape == self.shape: return self   # (expand and broadcasting reshape to the same shape: skip the checks)
+        if shape == (current := self.shape): return self   # (expand and broadcasting reshape to the same shape: skip the checks)
+        # the common case, concrete sizes on both sides (no -1, None or Variable) with equal products, needs
+        # none of the checks below (every op that broadcasts or reduces reshapes: this is on the eager path)
+        if all(type(s) is int and s >= 0 for s in shape) and all(type(s) is int for s in current) and prod(shape) == prod(current):
+            return self._apply(Ops.RESHAPE, arg=shape)
         if any(s is None for s in shape): shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
         if shape.count(-1) > 1: raise RuntimeError(f"reshape can infer only one dimension, got {shape}")
         if -1 in shape:
@@ -2630,8 +2677,7 @@ def _bound_value(size: UOp) -> int:
 def _is_realized_uop(u: UOp) -> bool:
     """A view of an allocated buffer or a constant (a multi-device tensor: every shard is)."""
     if u.op is Ops.MULTI: return all(not isinstance(s.device, tuple) and _is_realized_uop(s) for s in u.src)
-    if u.base.op is Ops.BUFFER and BUFFERS.get(u.base) is not None and BUFFERS[u.base].is_allocated(): return True
-    from fusegrad.schedule.tensor_rules import const_value
+    if (base := u.base).op is Ops.BUFFER and (buffer := BUFFERS.get(base)) is not None and buffer.is_allocated(): return True
     return const_value(u) is not None and not dtypes.is_weak(u.dtype)
 
 def _like_sharding(grad: UOp, target: UOp) -> UOp:
@@ -2751,9 +2797,18 @@ def _keep_tensor_views(becomes: dict[UOp, UOp], tensor_uops: list[UOp]) -> dict[
     Why: a tensor that isn't the bare BUFFER (a BUFFER is flat, so 0-d and n-d tensors hold it
     through a RESHAPE) would otherwise lose its place in every graph realized to its buffer, and
     with it the gradient through those graphs: autograd keys leaves by node."""
+    # the buffers the schedule mapped a (non-assign) graph to: only their holders matter, and the
+    # tensor scan below looks only for those (it runs on every realize, over every live tensor)
+    wanted = {new.base for node, new in becomes.items() if node.op is not Ops.ASSIGN and new.base.op is Ops.BUFFER}
+    if not wanted: return becomes
     holders: dict[UOp, set[UOp]] = {}    # BUFFER -> the live tensors' reshapes of it
+    reshape = Ops.RESHAPE   # (a local: an Ops member lookup is a slow class attribute on Python 3.11)
     for u in tensor_uops:
-        if u.op is Ops.RESHAPE and _is_reshaped_buffer(u): holders.setdefault(u.base, set()).add(u)
+        if u.op is not reshape: continue
+        base = u.src[0]
+        while base.op is reshape: base = base.src[0]
+        if base in wanted: holders.setdefault(base, set()).add(u)
+    if not holders: return becomes
     kept = dict(becomes)
     for node, new in becomes.items():
         if node.op is Ops.ASSIGN or new.base not in holders or new in holders[new.base]: continue
@@ -2772,19 +2827,39 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> list[UOp]:
     under ``Tensor.no_grad``, for tensors with requires_grad=False, or for the graphs a backward()
     with requires_grad=True tensors released. Returns the recorded origins."""
     if not becomes: return []
-    tensors = list(all_tensors)
+    tensors = _live_tensors()
     old_uops = [t.uop for t in tensors]
     becomes = _keep_tensor_views(becomes, old_uops)
-    for t in tensors:
-        u = t.uop
-        if u in becomes: t.uop = becomes[u]
-        elif u.op not in (Ops.BUFFER, Ops.CONST) and u.base.op is not Ops.BUFFER and any(x in becomes for x in u.toposort):
-            t.uop = u.substitute(becomes)
+    # This loop runs over every live tensor on every realize (eager code: every op), so the common
+    # case, a realized tensor (a buffer, a constant or a view of a buffer), costs a few attribute
+    # reads. (Ops members are read into locals: on Python 3.11 each Ops.X is a slow class lookup.)
+    buffer_op, const_op, movement = Ops.BUFFER, Ops.CONST, GroupOp.Movement
+    changed: list[tuple[Tensor, UOp]] = []
+    substituted: dict[UOp, UOp] = {}   # tensors sharing a graph get one substitution
+    for t, u in zip(tensors, old_uops):
+        if (new := becomes.get(u)) is None:
+            op = u.op
+            if op is buffer_op or op is const_op: continue
+            if op in movement:
+                base = u.src[0]
+                while base.op in movement: base = base.src[0]
+                if base.op is buffer_op: continue
+            if (new := substituted.get(u)) is None:
+                if not any(x in becomes for x in u._ancestors): continue
+                new = substituted[u] = u.substitute(becomes)
+        t.uop = new
+        if new is not u: changed.append((t, u))
     if Tensor.no_grad: return []
-    changed = [(t, u) for t, u in zip(tensors, old_uops)
-               if t.uop is not u and t.requires_grad is not False and not getattr(t, "_backward_done", False)]
+    changed = [(t, u) for t, u in changed if t.requires_grad is not False and not getattr(t, "_backward_done", False)]
     if not changed: return []
-    grad_leaves = {u for t, u in zip(tensors, old_uops) if t.requires_grad is True}
-    value_leaves = {u for t, u in zip(tensors, old_uops) if dtypes.is_float(t.dtype)}
-    from fusegrad.gradient import record_origins
+    # the leaves record_origins asks about are nodes of the changed graphs: only those tensors are looked at
+    in_graphs: set[UOp] = set()
+    for _, u in changed:
+        in_graphs.update(u._ancestors)
+        in_graphs.add(u)
+    grad_leaves, value_leaves = set(), set()
+    for t, u in zip(tensors, old_uops):
+        if u not in in_graphs: continue
+        if t.requires_grad is True: grad_leaves.add(u)
+        if dtypes.is_float(t.dtype): value_leaves.add(u)
     return record_origins(becomes, [u for _, u in changed], grad_leaves, value_leaves, [t.uop for t, _ in changed])

@@ -36,10 +36,23 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs an NVIDIA GPU and its driver (skipped, with the reason, where there is none)")
 
 def pytest_collection_modifyitems(config, items):
-    """``FUSEGRAD_TEST_SAMPLE=N`` keeps every N-th collected test, deterministically (test/runtime/test_cl_suite.py runs
-    a sample of the op tests on the CL device, where each new kernel costs a slow OpenCL build)."""
+    """Two filters for test/runtime/test_device_suites.py, which reruns test files with ``DEV`` set to another device:
+    ``FUSEGRAD_TEST_DESELECT_DEVICES=CPU,PYTHON`` deselects the tests whose ``device`` parameter names one of those
+    devices (the main suite already runs them: only what runs on ``DEV`` is left), then ``FUSEGRAD_TEST_SAMPLE=N``
+    keeps every N-th remaining test, deterministically (for devices where each new kernel costs a slow build)."""
+    covered = {name.strip().upper() for name in os.environ.get("FUSEGRAD_TEST_DESELECT_DEVICES", "").split(",") if name.strip()}
+    if covered:
+        def runs_on_covered(item) -> bool:
+            callspec = getattr(item, "callspec", None)
+            return callspec is not None and str(callspec.params.get("device", "")).upper() in covered
+        deselected = [item for item in items if runs_on_covered(item)]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = [item for item in items if not runs_on_covered(item)]
     every = int(os.environ.get("FUSEGRAD_TEST_SAMPLE", "1"))
-    if every > 1: items[:] = items[::every]
+    if every > 1:
+        config.hook.pytest_deselected(items=[item for i, item in enumerate(items) if i % every])
+        items[:] = items[::every]
 
 @pytest.fixture(autouse=True)
 def _hang_guard(request):

@@ -14,7 +14,9 @@ device). A loop ``for (r = 0; r < W; r++) { body }`` qualifies when:
   or store when contiguous, else a gather whose gated-off lanes read element 0 and are then zeroed
   (gated scatters stay scalar); every buffer the loop writes is read (if at all) at the same address,
   and every other op is an elementwise ALU op, CAST or BITCAST on 32-bit lanes (float32, int32,
-  uint32, bool as 32-bit masks).
+  uint32, bool as 32-bit masks), or on float16 lanes (the renderer computes each op in float32 and
+  rounds it to half), or a conversion of 16- and 8-bit lanes loaded or stored (bfloat16 and fp8
+  codes, images) from or to 32-bit ones.
 
 A qualifying loop becomes W/V chunks; chunk c computes lanes r = c*V .. c*V+V-1 with vector
 dtypes (``dtypes.float32.vec(V)``): vector LOADs/STOREs from a scalar-pointer INDEX at
@@ -35,7 +37,15 @@ from fusegrad.dtype import dtypes, DType
 from fusegrad.uop.ops import UOp, Ops, AxisType
 
 LANE_DTYPES = (dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bool)
-MEMORY_DTYPES = (dtypes.float32, dtypes.int32, dtypes.uint32)
+REGISTER_DTYPES = (dtypes.float32, dtypes.int32, dtypes.uint32)   # registers that may become arrays of vectors
+# 16- and 8-bit integer lanes (bfloat16 bits and fp8 codes, whose math codegen emulates in 32-bit lanes; images) only
+# move: they are loaded, stored, widened to 32-bit integers or float32, narrowed from 32-bit integers, or bitcast
+NARROW_INT_DTYPES = (dtypes.uint16, dtypes.int16, dtypes.uint8, dtypes.int8)
+MEMORY_DTYPES = REGISTER_DTYPES + (dtypes.float16,) + NARROW_INT_DTYPES
+# float16 lanes also compute: the renderer widens each op's operands to float32 and rounds its result to half,
+# which is how scalar half code rounds (one rounding per op)
+HALF_OPS = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE, Ops.MULACC,
+            Ops.NEG, Ops.RECIPROCAL}
 VALUE_OPS = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR,
              Ops.SHL, Ops.SHR, Ops.WHERE, Ops.MULACC, Ops.NEG, Ops.RECIPROCAL, Ops.IDIV, Ops.MOD, Ops.CAST, Ops.BITCAST}
 MAX_CHUNKS = 4
@@ -123,12 +133,14 @@ class _Loop:
                 if dtype not in MEMORY_DTYPES: raise _Reject(f"memory dtype {dtype}")
                 if u.op is Ops.STORE and index not in varying: raise _Reject("store to an address that doesn't vary")
                 if u.op is Ops.STORE and index in self.strided and len(index.src) > 2: raise _Reject("gated scatter")
+                # (a gated gather zeroes its off lanes with a select under a 32-bit lane mask: narrower lanes can't take it)
+                if index in self.strided and len(index.src) > 2 and dtype not in LANE_DTYPES: raise _Reject(f"gated gather of {dtype} lanes")
                 if index in varying and index.src[0].op is Ops.DEFINE_REG: self.reg_accesses.append((index.src[0], index))
                 accessed.setdefault(index.src[0], set()).add(index)
                 if u.op is Ops.STORE: stored.setdefault(index.src[0], set()).add(index)
                 continue
             if u.op not in VALUE_OPS: raise _Reject(f"op {u.op}")
-            if u.dtype not in LANE_DTYPES or any(s.dtype not in LANE_DTYPES for s in u.src): raise _Reject(f"dtype {u.dtype}")
+            if not _lane_dtypes_supported(u): raise _Reject(f"dtype {u.dtype} from {[s.dtype for s in u.src]}")
             if u.op in (Ops.IDIV, Ops.MOD):
                 if not dtypes.is_int(u.dtype) or u.src[1].op is not Ops.CONST or u.src[1].arg in (0, -1): raise _Reject("division")
             if u.op is Ops.BITCAST and dtypes.bool in (u.dtype, u.src[0].dtype): raise _Reject("bool bitcast")
@@ -143,6 +155,22 @@ class _Loop:
         # vector reused by every tile position) or the index isn't affine (gcc can't vectorize that loop
         # itself, and its scalar selects branch); a plain strided copy is faster as gcc's scalar code
         if self.strided - self.irregular and not self.reg_accesses: raise _Reject("gather or scatter outside a register tile")
+
+def _lane_dtypes_supported(u: UOp) -> bool:
+    """Can the vector form of the value op ``u`` be rendered lane-wise with its dtypes?"""
+    dts = [u.dtype] + [s.dtype for s in u.src]
+    if all(d in LANE_DTYPES for d in dts): return True
+    ints32 = (dtypes.int32, dtypes.uint32)
+    if u.op is Ops.CAST:
+        pair = (u.src[0].dtype, u.dtype)
+        return pair in ((dtypes.float16, dtypes.float32), (dtypes.float32, dtypes.float16)) or \
+            any(a in NARROW_INT_DTYPES and b in ints32 for a, b in (pair, pair[::-1])) or (pair[0] in NARROW_INT_DTYPES and pair[1] == dtypes.float32)
+    if u.op is Ops.BITCAST: return u.dtype in MEMORY_DTYPES and u.src[0].dtype in MEMORY_DTYPES and u.dtype.itemsize == u.src[0].dtype.itemsize
+    # half math: half operands (and a bool condition or a bool result)
+    operands = dts[2:] if u.op is Ops.WHERE else dts[1:]
+    result_ok = u.dtype == dtypes.float16 or (u.dtype == dtypes.bool and u.op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ))
+    return u.op in HALF_OPS and result_ok and all(d == dtypes.float16 for d in operands) and \
+        (u.op is not Ops.WHERE or u.src[0].dtype == dtypes.bool)
 
 class _Builder:
     """Builds the vector uops of one loop. Every new uop but constants gets ``arg=tag`` so it is
@@ -240,7 +268,7 @@ def vectorize_loops(uops: list[UOp], max_vector_bytes: int = 64) -> list[UOp]:
         for reg, _ in loop.reg_accesses: reg_lanes.setdefault(reg, set()).add(loop.lanes)
     vector_regs: dict[UOp, UOp] = {}
     for reg, lanes in reg_lanes.items():
-        if len(lanes) == 1 and reg.dtype.size % (v := next(iter(lanes))) == 0 and reg.dtype.base in MEMORY_DTYPES:
+        if len(lanes) == 1 and reg.dtype.size % (v := next(iter(lanes))) == 0 and reg.dtype.base in REGISTER_DTYPES:
             vector_regs[reg] = UOp(Ops.DEFINE_REG, reg.dtype.base.vec(v).ptr(reg.dtype.size // v), (), reg.arg)
     by_start = {loop.start: loop for loop in loops}
     mapped: dict[UOp, UOp] = dict(vector_regs)

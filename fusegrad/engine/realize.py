@@ -8,11 +8,13 @@ import atexit, collections, concurrent.futures, dataclasses, os, sys, time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from fusegrad.device import Device, Buffer, MallocAllocator
-from fusegrad.helpers import DEBUG, PROFILE, VIZ, GlobalCounters, colored, ansilen, ansistrip
+from fusegrad.helpers import CACHELEVEL, DEBUG, PROFILE, VIZ, GlobalCounters, colored, ansilen, ansistrip
 from fusegrad.viz import profile
 from fusegrad.uop.ops import UOp, Ops, sym_infer
 from fusegrad.renderer import ProgramSpec
 from fusegrad import codegen   # (called as codegen.get_program: tests substitute it there)
+from fusegrad.engine import program_cache
+_genuine_get_program = codegen.get_program
 
 class Runner:
     """Something that runs on a device with buffers: a compiled kernel or a copy."""
@@ -75,9 +77,24 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     if (shared := method_cache.get(shared_key)) is not None:
         runner = CompiledRunner(dataclasses.replace(shared.p, device=device), precompiled=shared.lib)
     else:
-        runner = method_cache[shared_key] = CompiledRunner(dataclasses.replace(codegen.get_program(ast, Device[device].renderer), device=device))
+        runner = method_cache[shared_key] = CompiledRunner(_program(device, ast))
     method_cache[key] = runner
     return runner
+
+def _program(device: str, ast: UOp, unsaved: list | None = None) -> ProgramSpec:
+    """The rendered kernel for ``ast`` on ``device``: from the disk (engine/program_cache.py, keyed by the AST, so a
+    warm process runs no codegen) or generated now and stored. Devices without a compile cache, VIZ traces and
+    CACHELEVEL=0 always generate, and so does a substituted ``codegen.get_program`` (the key hashes the real code
+    generator's files: what another function makes must neither be served from nor stored under it). With
+    ``unsaved``, a generated program is appended there for the caller to store with others in one transaction."""
+    key = None
+    if CACHELEVEL >= 1 and not VIZ and Device[device].compiler.cachekey is not None and codegen.get_program is _genuine_get_program:
+        key = program_cache.program_key(ast, Device[device].renderer.options)
+        if (program := program_cache.load(key, device)) is not None: return program
+    program = dataclasses.replace(codegen.get_program(ast, Device[device].renderer), device=device)
+    if unsaved is not None: unsaved.append((key, program))
+    else: program_cache.store(key, program)
+    return program
 
 def _cache_key(device: str, ast: UOp) -> tuple:
     # the renderer's options hold its target, limits and the codegen flags' current values
@@ -141,6 +158,17 @@ def _timed_compile(compiler: Any, name: str, src: str) -> bytes:
     if DEBUG >= 2: print(f"compile: {name:38s} {elapsed * 1e3:8.2f} ms")
     return lib
 
+def _timed_compile_batch(compiler: Any, programs: list[ProgramSpec]) -> list[bytes]:
+    """compile_cached_batch, timed like ``_timed_compile``; each kernel is charged an equal share of the batch's time."""
+    if len(programs) == 1: return [_timed_compile(compiler, programs[0].name, programs[0].src)]
+    start = time.perf_counter()
+    libs = compiler.compile_cached_batch([p.src for p in programs])
+    elapsed = time.perf_counter() - start
+    for p in programs: compile_times[p.name] = compile_times.get(p.name, 0.0) + elapsed / len(programs)
+    if PROFILE: profile.record(f"compile {len(programs)} kernels", "compile", start, elapsed, track="compile")
+    if DEBUG >= 2: print(f"compile: {len(programs)} kernels {' '.join(p.name for p in programs)[:60]:60s} {elapsed * 1e3:8.2f} ms")
+    return libs
+
 def debug_summary(top: int = 10) -> str:
     """The DEBUG=2 exit summary: kernels by total run time, and the total compile time."""
     lines = []
@@ -197,17 +225,39 @@ def precompile(schedule: list) -> None:
         shared_key = _cache_key(_device_base(device), item.ast)
         if shared_key not in method_cache: todo.setdefault(shared_key, (device, item.ast))
     if len(todo) < 2: return   # nothing to overlap: get_runner compiles it
-    if _compile_pool is None: _compile_pool = concurrent.futures.ThreadPoolExecutor(max(1, os.cpu_count() or 1))
-    pending = []
-    progress = CompileProgress(len(todo))
+    workers = max(1, os.cpu_count() or 1)
+    if _compile_pool is None: _compile_pool = concurrent.futures.ThreadPoolExecutor(workers)
+    batches: list[tuple[list[tuple[tuple, ProgramSpec]], concurrent.futures.Future]] = []
+    waiting: dict[str, list[tuple[tuple, ProgramSpec]]] = {}   # device -> generated kernels not submitted yet
+    def submit(device: str, parts: int) -> None:
+        for chunk in _balanced(waiting.pop(device, []), parts):
+            batches.append((chunk, _compile_pool.submit(_timed_compile_batch, Device[device].compiler, [p for _, p in chunk])))
+    progress, min_batch, unsaved = CompileProgress(len(todo)), max(1, len(todo) // 8), []
     for shared_key, (device, ast) in todo.items():
         with profile.span("codegen", "codegen"):
-            program = dataclasses.replace(codegen.get_program(ast, Device[device].renderer), device=device)
-        pending.append((shared_key, program, _compile_pool.submit(_timed_compile, Device[device].compiler, program.name, program.src)))
-    for shared_key, program, lib in pending:
-        method_cache[shared_key] = CompiledRunner(program, precompiled=lib.result())
-        progress.step()
+            program = _program(device, ast, unsaved)
+        waiting.setdefault(device, []).append((shared_key, program))
+        # this thread generates code on one core; what it made since the last batch goes to the compiler when a
+        # compiler slot is free and at least an eighth of the kernels wait (a compiler process costs ~40 ms to start:
+        # about eight batches keep codegen and compiling overlapped without paying it per kernel)
+        if len(waiting[device]) >= min_batch and sum(not future.done() for _, future in batches) < max(1, workers - 1): submit(device, 1)
+    for device in list(waiting): submit(device, workers)   # the rest, split over every core
+    program_cache.store_many(unsaved)   # (while the compilers run)
+    for chunk, future in batches:
+        for (shared_key, program), lib in zip(chunk, future.result()):
+            method_cache[shared_key] = CompiledRunner(program, precompiled=lib)
+            progress.step()
     progress.close()
+
+def _balanced(items: list[tuple[tuple, ProgramSpec]], parts: int) -> list[list[tuple[tuple, ProgramSpec]]]:
+    """``items`` in at most ``parts`` non-empty chunks of about equal source length (largest first, each to the lightest chunk)."""
+    chunks: list[list] = [[] for _ in range(max(1, min(parts, len(items))))]
+    sizes = [0] * len(chunks)
+    for item in sorted(items, key=lambda item: -len(item[1].src)):
+        lightest = sizes.index(min(sizes))
+        chunks[lightest].append(item)
+        sizes[lightest] += len(item[1].src)
+    return [chunk for chunk in chunks if chunk]
 
 def run_schedule(schedule: list, var_vals: dict[UOp, int] | None = None, do_update_stats: bool = True) -> None:
     """Run every item in order."""

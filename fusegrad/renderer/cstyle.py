@@ -394,6 +394,29 @@ static inline fg_f32x16 fg_wmma_bf16_16x1x2(fg_u16x2 a, fg_u16x16 b0, fg_u16x16 
 #endif
 """
 
+def half_conversion_macros(lane_counts: set[int]) -> str:
+    """``FG_HALF_TO_FLOAT_<n>(x)`` and ``FG_FLOAT_TO_HALF_<n>(x)``: convert a vector of n halves to n floats and back
+    (round to nearest even, as gcc's scalar conversions). With F16C (and AVX-512 for 16 lanes) one ``vcvtph2ps`` /
+    ``vcvtps2ph``; else ``__builtin_convertvector``, which gcc 12 splits into a scalar conversion per lane."""
+    intrinsics = {16: ("__AVX512F__", "_mm512", "__m256i", "__m512"), 8: ("__F16C__", "_mm256", "__m128i", "__m256"),
+                  4: ("__F16C__", "_mm", "__m128i", "__m128")}
+    lines = []
+    for n in sorted(lane_counts):
+        to_float, to_half = f"FG_HALF_TO_FLOAT_{n}(x)", f"FG_FLOAT_TO_HALF_{n}(x)"
+        fallback = [f"#define {to_float} __builtin_convertvector((x), float{n})", f"#define {to_half} __builtin_convertvector((x), half{n})"]
+        if n not in intrinsics:
+            lines += fallback
+            continue
+        feature, prefix, halves, floats = intrinsics[n]
+        if n == 4:   # four halves are 8 bytes: the instructions read and write the low half of a 16-byte register
+            widen = f"({prefix}_cvtph_ps(({halves})__builtin_shufflevector((x), (x), 0, 1, 2, 3, 0, 1, 2, 3)))"
+            narrow = f"__builtin_shufflevector((half8_)({prefix}_cvtps_ph(({floats})(x), _MM_FROUND_CUR_DIRECTION)), (half8_){{0}}, 0, 1, 2, 3)"
+            lines += ["typedef _Float16 half8_ __attribute__((vector_size(16)));"]
+        else: widen, narrow = f"({prefix}_cvtph_ps(({halves})(x)))", f"({prefix}_cvtps_ph(({floats})(x), _MM_FROUND_CUR_DIRECTION))"
+        lines += [f"#if defined({feature})", "#include <immintrin.h>", f"#define {to_float} ((float{n}){widen})",
+                  f"#define {to_half} ((half{n}){narrow})", "#else", *fallback, "#endif"]
+    return "\n".join(lines) + ("\n" if lines else "")
+
 def steps_backwards(uops: list[UOp]) -> bool:
     """Does some integer arithmetic (index math) run backwards along a loop: a negation, a subtraction
     or a multiplication by a negative constant (``ridx*(-1)``, how a flip's index is written)?"""
@@ -433,12 +456,73 @@ class ClangRenderer(CStyleLanguage):
     # (`acc += x[2*i + 1 - j]` summed x[2i] twice; x[3*i + 2 - j] too). Only kernels with both an
     # accumulator and a backwards step (a flip) turn it off for themselves: without it a 3x3 conv's
     # weight gradient ran 1.5x slower, and Adam's elementwise sqrt/div update 8x.
-    NO_LOOP_VECTORIZE = ("#if defined(__GNUC__) && !defined(__clang__)\n__attribute__((optimize(\"no-tree-loop-vectorize\")))\n#endif\n")
+    # GCC 12 at -O3 -march=native also miscompiled a loop whose load is gated by a condition and has a negative
+    # offset where the gate is off: the load its if-conversion made read zeros (a padded tensor's gradient came out
+    # 0). Kernels with a gated load or store (scalar, or the lane loops of FG_LOAD_/FG_STORE_) turn if-conversion
+    # off for themselves; the rest keep it, so their scalar loops' selects vectorize (where(a > 0, a, b * 2).clip()
+    # on a 1021x1021 tensor, which no vector width divides: 7-10 ms with branches, 0.21 ms vectorized).
+    # (One optimize attribute holds every option: of several, gcc 12 keeps only one.)
+    @staticmethod
+    def gcc_optimize_attribute(options: list[str]) -> str:
+        """A gcc-only ``__attribute__((optimize(...)))`` line that turns ``options`` on for one function."""
+        if not options: return ""
+        return "#if defined(__GNUC__) && !defined(__clang__)\n__attribute__((optimize(" + ", ".join(f'"{o}"' for o in options) + ")))\n#endif\n"
+    NO_LOOP_VECTORIZE = gcc_optimize_attribute.__func__(["no-tree-loop-vectorize"])
     def render(self, name: str, uops: list[UOp]) -> str:
         src = super().render(name, uops)
-        if not (any(u.op is Ops.DEFINE_REG for u in uops) and steps_backwards(uops)): return src
+        half_lanes = {u.dtype.count for u in uops if u.dtype.count > 1 and u.dtype.scalar() == dtypes.float16}
+        options = ["no-tree-loop-vectorize"] if any(u.op is Ops.DEFINE_REG for u in uops) and steps_backwards(uops) else []
+        if any(u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and len(u.src[0].src) > 2 for u in uops):
+            options.append("no-tree-loop-if-convert")
+        attribute = self.gcc_optimize_attribute(options)
+        if not (half_lanes or attribute): return src
         at = src.index(f"{self.kernel_prefix}{name}(")
-        return src[:at] + self.NO_LOOP_VECTORIZE + src[at:]
+        return src[:at] + half_conversion_macros(half_lanes) + attribute + src[at:]
+
+    # ---------------------------------------------------------------- float16 and narrow integer vectors
+    # (codegen/vectorize.py: half lanes compute, 16- and 8-bit integer lanes are loaded, stored and converted)
+    def render_dtype(self, dtype: DType) -> str:
+        # "half16" rather than "_Float1616", an identifier reserved to the implementation
+        if dtype.count > 1 and not isinstance(dtype, PtrDType) and dtype.scalar() == dtypes.float16: return f"half{dtype.count}"
+        return super().render_dtype(dtype)
+
+    def render_vector_alu(self, u: UOp, s: list[str]) -> str:
+        """Half lanes compute in float32: each operand is widened, the op runs on float32 lanes and a half result is
+        rounded back to half, lane by lane what scalar half code does (gcc 12 would split vector _Float16 math
+        into scalar conversions)."""
+        half = dtypes.float16
+        if u.dtype.scalar() != half and all(x.dtype.scalar() != half for x in u.src): return super().render_vector_alu(u, s)
+        lanes = u.dtype.count
+        widened = [f"FG_HALF_TO_FLOAT_{lanes}({x})" if src.dtype.scalar() == half else x for x, src in zip(s, u.src)]
+        if u.dtype.scalar() != half: return super().render_vector_alu(u, widened)   # a compare: float32 lane masks
+        value = super().render_vector_alu(u.replace(dtype=dtypes.float32.vec(lanes)), widened)
+        return f"FG_FLOAT_TO_HALF_{lanes}({value})"
+
+    def render_vector_cast(self, dtype: DType, x: str, src_dtype: DType) -> str:
+        if src_dtype.scalar() == dtypes.float16 and dtype.scalar() == dtypes.float32: return f"FG_HALF_TO_FLOAT_{dtype.count}({x})"
+        if src_dtype.scalar() == dtypes.float32 and dtype.scalar() == dtypes.float16: return f"FG_FLOAT_TO_HALF_{dtype.count}({x})"
+        # gcc 12 widens 8-bit lanes to 32-bit ones (and back) one lane at a time, but 8 <-> 16 and 16 <-> 32 with
+        # vector instructions: go through the 16-bit integer of the 8-bit side's signedness (the same values)
+        if src_dtype.scalar().itemsize in (1, 2) and dtypes.is_int(src_dtype.scalar()) and dtype.scalar() == dtypes.float32:
+            # (a small integer to float: exact through int32, which converts with one instruction)
+            return self.render_vector_cast(dtype, self.render_vector_cast(dtypes.int32.vec(dtype.count), x, src_dtype), dtypes.int32.vec(dtype.count))
+        narrow = src_dtype.scalar() if src_dtype.scalar().itemsize == 1 else dtype.scalar()
+        if narrow.itemsize == 1 and dtypes.is_int(narrow) and dtypes.is_int(src_dtype.scalar()) and dtypes.is_int(dtype.scalar()) \
+                and 4 in (src_dtype.scalar().itemsize, dtype.scalar().itemsize):
+            middle = self.render_dtype((dtypes.int16 if narrow == dtypes.int8 else dtypes.uint16).vec(dtype.count))
+            return f"__builtin_convertvector(__builtin_convertvector({x}, {middle}), {self.render_dtype(dtype)})"
+        return super().render_vector_cast(dtype, x, src_dtype)
+
+    def vector_typedefs(self, uops: list[UOp]) -> str:
+        # the float32 vectors half math widens to, the 16-bit vectors that 8-bit <-> 32-bit integer conversions pass through
+        extra = {dtypes.float32.vec(u.dtype.count) for u in uops if u.dtype.count > 1 and u.dtype.scalar() == dtypes.float16}
+        for u in uops:
+            if u.op is not Ops.CAST or u.dtype.count == 1: continue
+            if 1 in (u.dtype.scalar().itemsize, u.src[0].dtype.scalar().itemsize):
+                extra.add((dtypes.int16 if dtypes.int8 in (u.dtype.scalar(), u.src[0].dtype.scalar()) else dtypes.uint16).vec(u.dtype.count))
+            if u.dtype.scalar() == dtypes.float32 and u.src[0].dtype.scalar() in (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16):
+                extra.add(dtypes.int32.vec(u.dtype.count))
+        return self.vector_typedefs_for({d for u in uops for d in ((u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype),) if d.count > 1} | extra)
 
     STACK_LIMIT = 64 * 1024
     def render_local(self, name: str, dtype: DType, size: int) -> tuple[str, str | None]:

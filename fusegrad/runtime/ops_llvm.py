@@ -33,23 +33,27 @@ class LLVMCompiler(Compiler):
     """LLVM IR text in, an object file (bytes) out: parse, verify, run the O2 pipeline, emit machine code."""
     def __init__(self) -> None:
         self.target_machine = host_target_machine()
-        # LLVM contexts and target machines aren't safe to share across threads; kernels compile in a
-        # thread pool (engine/realize.py precompile), so each compile holds this lock (in-process compiles
-        # are milliseconds: there is little to overlap)
-        self.lock = threading.Lock()
+        # LLVM contexts and target machines aren't safe to share across threads, but separate ones compile in
+        # parallel: kernels compile in a thread pool (engine/realize.py precompile; llvmlite releases the GIL), so
+        # each thread gets its own target machine and each compile its own context (a training step's kernels
+        # take 20-80 ms each: the last batches of a step compile on every core)
+        self.per_thread = threading.local()
         cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
         super().__init__(f"llvm_{'.'.join(map(str, llvm.llvm_version_info))}_{cpu}_{features}_O{LLVM_OPT}")
+    def _thread_target_machine(self):
+        if (machine := getattr(self.per_thread, "machine", None)) is None: machine = self.per_thread.machine = host_target_machine()
+        return machine
     def compile(self, src: str) -> bytes:
-        with self.lock:
-            context = llvm.create_context()
-            try:
-                module = llvm.parse_assembly(self.with_target(src), context=context)
-                module.verify()
-            except RuntimeError as e: raise CompileError(f"LLVM rejected the kernel:\n{e}\n--- source ---\n{src}") from None
-            tuning = llvm.create_pipeline_tuning_options(speed_level=LLVM_OPT)
-            builder = llvm.create_pass_builder(self.target_machine, tuning)
-            builder.getModulePassManager().run(module, builder)
-            return self.target_machine.emit_object(module)
+        target_machine = self._thread_target_machine()
+        context = llvm.create_context()
+        try:
+            module = llvm.parse_assembly(self.with_target(src), context=context)
+            module.verify()
+        except RuntimeError as e: raise CompileError(f"LLVM rejected the kernel:\n{e}\n--- source ---\n{src}") from None
+        tuning = llvm.create_pipeline_tuning_options(speed_level=LLVM_OPT)
+        builder = llvm.create_pass_builder(target_machine, tuning)
+        builder.getModulePassManager().run(module, builder)
+        return target_machine.emit_object(module)
     def with_target(self, src: str) -> str:
         """The module header that tells LLVM which machine the IR is for (data layout and triple)."""
         return f'target datalayout = "{self.target_machine.target_data}"\ntarget triple = "{self.target_machine.triple}"\n{src}'

@@ -324,45 +324,68 @@ def _unbind(ast: UOp) -> tuple[UOp, tuple[tuple[UOp, int], ...]]:
 
 @dataclass
 class _Template:
-    """A schedule with its buffers written as references: ("in", i) is the BUFFER at position i of
-    the graph's toposort, ("new", k) the k-th buffer this schedule creates."""
-    items: list[tuple]
-    realized: list[tuple[int, tuple]]
-    new_buffers: list[tuple]
+    """A schedule with its buffers written as references into a pool: the graph's toposort (the
+    order the key was built in) followed by the buffers this schedule creates. Reference i < len(order)
+    is the BUFFER at position i of the toposort; i = len(order) + k is the k-th new buffer."""
+    items: list[tuple]          # (ast, buffer refs, var_vals, raw-read refs, assign refs) per item
+    realized: list[tuple[int, int]]   # (toposort position of a realized node, ref of its buffer)
+    new_buffers: list[tuple]    # (device, size, dtype) of each new buffer
     roots: list[tuple]          # what each root becomes: ("same",), ("buffer", ref), ("view", ref, movement ops) or ("const", uop)
 
 SCHEDULE_CACHE: dict[tuple, _Template] = {}
 SCHEDULE_CACHE_SIZE = 256
 
+@dataclass
+class ScheduleCacheStats:
+    """How often ``create_schedule`` found its graph's structure in the cache (tests and profiling read it)."""
+    hits: int = 0
+    misses: int = 0
+schedule_cache_stats = ScheduleCacheStats()
+
 def _structure_key(roots: list[UOp]) -> tuple[tuple, list[UOp]]:
     """A key equal for graphs that differ only in which buffers they read (and the toposort that
-    the key's positions refer to)."""
+    the key's positions refer to). This runs on every realize, so it is one plain loop."""
     # each root's own walk is cached on it first: the sink's walk reuses it, and so does the autograd
     # bookkeeping after the schedule (gradient.record_origins walks the realized roots again)
-    for root in roots: root.toposort
-    order = list(UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort)
+    for root in roots: root._ancestors
+    if len(roots) == 1: order = [*roots[0]._ancestors, roots[0]]   # (one root: no SINK node to build and free)
+    else:
+        sink = UOp(Ops.SINK, dtypes.void, tuple(roots))
+        order = [*sink._ancestors, sink]
     position = {u: i for i, u in enumerate(order)}
-    key = tuple((u.op, u.dtype, (u.arg[1], u.arg[2]) if u.op is Ops.BUFFER else u.arg, tuple(position[s] for s in u.src))
-                for u in order)
-    return key, order
+    const_op, buffer_op = Ops.CONST, Ops.BUFFER   # (locals: each Ops.X is a slow class lookup on Python 3.11)
+    key: list = []
+    for u in order:
+        op = u.op
+        # a constant is its own key: constants are interned, so the node tells 0.0 from -0.0 and 1 from
+        # True (``==`` on the values merged them, and x / -0.0 then reused the kernel of x / 0.0), and
+        # the cached key keeps the node alive for the next lookup to find
+        if op is const_op: key.append(u)
+        elif op is buffer_op: key.append((u.dtype, u.arg[1], u.arg[2]))
+        else: key.append((op, u.dtype, u.arg, tuple([position[s] for s in u.src])))
+    return tuple(key), order
 
 def _from_template(template: _Template, order: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-    fresh = [new_buffer_uop(*spec) for spec in template.new_buffers]
-    def resolve(ref: tuple) -> UOp: return order[ref[1]] if ref[0] == "in" else fresh[ref[1]]
-    items = [ScheduleItem(ast, tuple(resolve(r) for r in refs), var_vals, frozenset(resolve(r) for r in raw), tuple(resolve(r) for r in assigns))
+    pool = order + [new_buffer_uop(*spec) for spec in template.new_buffers]
+    items = [ScheduleItem(ast, tuple([pool[r] for r in refs]), var_vals, frozenset([pool[r] for r in raw]) if raw else frozenset(),
+                          tuple([pool[r] for r in assigns]) if assigns else ())
              for ast, refs, var_vals, raw, assigns in template.items]
     becomes: dict[UOp, UOp] = {}
     for index, ref in template.realized:
         node = order[index]
-        becomes[node] = resolve(ref).reshape(node.shape)
-    for root, result in zip(order[-1].src, template.roots):
-        if result[0] == "buffer": becomes[root] = resolve(result[1]).reshape(root.shape)
+        becomes[node] = pool[ref].reshape(node.shape)
+    for root, result in zip(_roots_of(order), template.roots):
+        if result[0] == "buffer": becomes[root] = pool[result[1]].reshape(root.shape)
         elif result[0] == "view":
-            view = resolve(result[1])
+            view = pool[result[1]]
             for op, arg in result[2]: view = UOp(op, view.dtype, (view,), arg)
             becomes[root] = view
         elif result[0] == "const": becomes[root] = result[1]
     return items, becomes
+
+def _roots_of(order: list[UOp]) -> tuple[UOp, ...]:
+    """The roots a ``_structure_key`` order was built for: it ends with the SINK over them, or with the one root."""
+    return order[-1].src if order[-1].op is Ops.SINK else (order[-1],)
 
 def _root_result(root: UOp, new: UOp | None, ref) -> tuple | None:
     from fusegrad.schedule.tensor_rules import const_value
@@ -378,15 +401,15 @@ def _root_result(root: UOp, new: UOp | None, ref) -> tuple | None:
 def _to_template(items: list[ScheduleItem], realized: dict[UOp, UOp], order: list[UOp], becomes: dict[UOp, UOp]) -> _Template | None:
     position = {u: i for i, u in enumerate(order)}
     new_buffers: dict[UOp, int] = {}
-    def ref(b: UOp) -> tuple:
-        if b in position: return ("in", position[b])
-        return ("new", new_buffers.setdefault(b, len(new_buffers)))
+    def ref(b: UOp) -> int:   # (see _Template: a position in the toposort, or past it for a new buffer)
+        if b in position: return position[b]
+        return len(order) + new_buffers.setdefault(b, len(new_buffers))
     try:
         entries = [(item.ast, tuple(ref(b) for b in item.buffer_uops), item.var_vals, tuple(ref(b) for b in item.raw_reads),
                     tuple(ref(b) for b in item.assigns)) for item in items]
         # realized nodes that simplification changed aren't in the original graph: no live tensor has them
         realized_refs = [(position[node], ref(buffer)) for node, buffer in realized.items() if node in position]
-        roots = [_root_result(root, becomes.get(root), ref) for root in order[-1].src]
+        roots = [_root_result(root, becomes.get(root), ref) for root in _roots_of(order)]
     except KeyError: return None
     if any(r is None for r in roots): return None
     specs = [None] * len(new_buffers)
@@ -399,16 +422,18 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
 
     Graphs with the same structure (differing only in the buffers they read) reuse a cached
     schedule: this is what makes repeating the same computation on new data cheap."""
-    from fusegrad.schedule.multi import has_multi, schedule_multi
     key, order = _structure_key(roots)
     # (a cached key is never a multi-device graph: those are split before they are cached, and the key
     # holds every op and device, so the hit can skip the has_multi walk; this path is eager dispatch)
     if (template := SCHEDULE_CACHE.get(key)) is not None:
+        schedule_cache_stats.hits += 1
         if not PROFILE: return _from_template(template, order)
         from fusegrad.viz.profile import span
         with span("schedule (cached)", "schedule", roots=len(roots)): return _from_template(template, order)
     # multi-device tensors first become one single-device graph per shard (schedule/multi.py)
+    from fusegrad.schedule.multi import has_multi, schedule_multi
     if has_multi(roots): return schedule_multi(roots, create_schedule)
+    schedule_cache_stats.misses += 1
     # lowering a kernel recurses along the graph: make room for long lazy chains
     import sys
     limit = sys.getrecursionlimit()

@@ -45,6 +45,22 @@ class Ops(FastEnum):
     END = auto(); INDEX = auto(); LOAD = auto(); STORE = auto(); REDUCE = auto(); SPECIAL = auto(); BARRIER = auto()
     VECTORIZE = auto(); GEP = auto(); WMMA = auto(); IF = auto(); ENDIF = auto(); NOOP = auto()
 
+def _fast_member_reads(enum_class: type) -> None:
+    """Make ``enum_class.MEMBER`` a plain class-attribute read.
+
+    Before Python 3.12 the enum metaclass defines ``__getattr__`` (a fallback for members hidden by
+    other names), and a metaclass with ``__getattr__`` sends *every* attribute read on its classes
+    through a slow generic hook: ``Ops.ADD`` cost ~0.13 us instead of ~0.04 us, and the front end,
+    the scheduler and the compiler read Ops members everywhere (an eager ``x + 1`` did hundreds).
+    When every member is an entry of the class dict the fallback is never used, so the class gets
+    a copy of its metaclass without it (same methods: iteration, ``Ops(n)``, ``Ops["ADD"]``, the
+    reassignment guard); only ``isinstance(Ops, EnumType)`` changes."""
+    meta = type(enum_class)
+    if "__getattr__" not in vars(meta) or any(vars(enum_class).get(m.name) is not m for m in enum_class): return
+    methods = {k: v for k, v in vars(meta).items() if k not in ("__getattr__", "__dict__", "__weakref__")} | {"__module__": __name__}
+    enum_class.__class__ = type("Fast" + meta.__name__, (type,), methods)
+_fast_member_reads(Ops)
+
 class GroupOp:
     Unary = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC}
     Binary = {Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR,
@@ -70,10 +86,31 @@ AXIS_COLORS = {AxisType.GLOBAL: "blue", AxisType.THREAD: "BLUE", AxisType.LOCAL:
                AxisType.GROUP_REDUCE: "green", AxisType.REDUCE: "red", AxisType.UPCAST: "yellow", AxisType.UNROLL: "magenta",
                AxisType.STAGE: "GREEN"}
 
+class memoized_property:
+    """A property computed once per object and then stored in its ``__dict__`` (where later reads find
+    it without calling anything). ``functools.cached_property`` does the same but, on Python 3.11, takes
+    a lock on every first computation; UOps compute several of these each (an eager op builds a few new
+    nodes per call), so the lock showed in the per-op overhead. A race only computes a pure value twice."""
+    def __init__(self, func: Callable[[Any], Any]):
+        self.func, self.name, self.__doc__ = func, func.__name__, func.__doc__
+    def __set_name__(self, owner: type, name: str) -> None: self.name = name
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None: return self
+        value = obj.__dict__[self.name] = self.func(obj)
+        return value
+
 # ---------------------------------------------------------------- interning
 
 def _arg_key(arg: Any) -> Any:
     """A hashable key that tells 0.0 from -0.0, True from 1 and NaN from itself consistently."""
+    # every UOp built goes through here: ints, strings, None and tuples of those (shapes, a BUFFER's
+    # (id, device, size)) are their own key, found without the isinstance chain or a generator
+    kind = type(arg)
+    if kind is int or kind is str or arg is None: return arg
+    if kind is tuple:
+        for a in arg:
+            if (item_kind := type(a)) is not int and item_kind is not str: break
+        else: return arg
     if isinstance(arg, float): return (float, struct.pack("<d", arg))
     if isinstance(arg, bool): return (bool, arg)
     if isinstance(arg, tuple): return tuple(_arg_key(a) for a in arg)
@@ -102,7 +139,7 @@ class UOp(metaclass=UOpMetaClass):
     def __repr__(self) -> str: return pretty_print(self)
 
     # ---------------------------------------------------------------- graph walks
-    @functools.cached_property
+    @memoized_property
     def _ancestors(self) -> dict["UOp", None]:
         """Every UOp this one depends on, sources before users, *without* itself: caching a dict
         that contains the UOp itself would make a reference cycle, and graphs (with their
@@ -135,7 +172,7 @@ class UOp(metaclass=UOpMetaClass):
         graph never recurses deeper than one level."""
         for x in self._ancestors:
             if attribute not in x.__dict__: getattr(x, attribute)
-    @functools.cached_property
+    @memoized_property
     def shape(self) -> tuple | None:
         """The shape of a tensor-graph UOp (None for kernel-level UOps). Symbolic sizes are UOps."""
         if any("shape" not in s.__dict__ for s in self.src): self._fill_bottom_up("shape")
@@ -146,7 +183,7 @@ class UOp(metaclass=UOpMetaClass):
     def size(self) -> Any: return prod(self.shape) if self.shape is not None else 1
     @property
     def ndim(self) -> int: return len(self.shape) if self.shape is not None else 0
-    @functools.cached_property
+    @memoized_property
     def device(self) -> str | tuple[str, ...] | None:
         if self.op is Ops.DEVICE: return self.arg
         if self.op is Ops.BUFFER: return self.arg[1]
@@ -303,7 +340,7 @@ class UOp(metaclass=UOpMetaClass):
         return UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axes))
 
     # ---------------------------------------------------------------- bounds for symbolic math
-    @functools.cached_property
+    @memoized_property
     def vmin_vmax(self) -> tuple[ConstType, ConstType]:
         if any("vmin_vmax" not in s.__dict__ for s in self.src): self._fill_bottom_up("vmin_vmax")
         return _min_max(self)

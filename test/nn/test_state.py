@@ -5,7 +5,7 @@ import collections, io, json, os, pickle, re, struct, tarfile, warnings, zipfile
 from typing import NamedTuple
 import numpy as np
 import pytest
-from fusegrad import Tensor, dtypes
+from fusegrad import Tensor, dtypes, Device
 from fusegrad.dtype import DType
 from fusegrad.schedule import buffer_of
 from fusegrad.nn.state import (safe_load, safe_save, safe_load_metadata, get_state_dict, get_parameters, load_state_dict,
@@ -105,11 +105,11 @@ def test_safe_load_file_from_safetensors_package(tmp_path):
             raw_bits(loaded[k]) == v.view(torch.int16).numpy().tobytes(), k
     assert loaded["emb"].dtype == dtypes.bfloat16 and loaded["mask"].dtype == dtypes.bool
     assert safe_load_metadata(str(path))[2]["__metadata__"] == {"hello": "world"}
-    # a tensor argument works too (the file as a uint8 tensor on CPU)
+    # a tensor argument works too (the file as a uint8 tensor on the default device): its tensors stay on that device
     as_tensor = Tensor(np.fromfile(path, dtype=np.uint8))
     from_tensor = safe_load(as_tensor)
     np.testing.assert_array_equal(from_tensor["layer.weight"].numpy(), ref["layer.weight"].numpy())
-    assert from_tensor["emb"].device == "CPU" and raw_bits(from_tensor["emb"]) == ref["emb"].view(torch.int16).numpy().tobytes()
+    assert from_tensor["emb"].device == as_tensor.device == Device.DEFAULT and raw_bits(from_tensor["emb"]) == ref["emb"].view(torch.int16).numpy().tobytes()
 
 def _write_safetensors(path, header: dict | bytes, data: bytes, header_len: int | None = None):
     hb = header if isinstance(header, bytes) else json.dumps(header).encode()
@@ -414,7 +414,7 @@ def test_load_state_dict_assigns_values(tmp_path):
     loaded = load_state_dict(m, safe_load(path), verbose=False)
     assert len(loaded) == len(EXPECTED_KEYS)
     for k, t in get_state_dict(m).items():
-        assert t.device == "CPU"
+        assert t.device == Device.DEFAULT   # assigned into the model's own (default-device) parameters, not left on DISK
         np.testing.assert_array_equal(t.numpy(), values[k].numpy())
     assert m.layers[1].weight.numpy().shape == (2, 4)
 

@@ -2,6 +2,7 @@
 other backends do, even where the C compiler would keep an inlined _Float16 chain in float ("excess precision")."""
 from __future__ import annotations
 import numpy as np
+import pytest
 import torch
 from fusegrad import Tensor, dtypes
 from fusegrad.renderer.cstyle import ClangRenderer
@@ -38,3 +39,151 @@ def test_render_wraps_half_arithmetic_only():
     assert renderer.render_alu(a.maximum(b), ["a", "b"]).count("_Float16") == 0    # picks an existing half
     f = UOp(Ops.CONST, dtypes.float32, (), 1.0)
     assert renderer.render_alu(f * f, ["a", "b"]) == "(a*b)"
+
+# ---------------------------------------------------------------- vector code for float16, bfloat16, fp8 and small ints
+# (codegen/vectorize.py gives these loops vector lanes; the renderer widens half math to float32 per op)
+
+def _kernel_sources(build) -> list[str]:
+    """The C source of every kernel of the graph ``build()`` returns (a fresh graph: scheduling one consumes it)."""
+    from fusegrad import Device
+    from fusegrad.codegen import get_program
+    return [get_program(item.ast, Device["CPU"].renderer).src for item in build().schedule() if item.ast.op is Ops.SINK]
+
+def _half_inputs(n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(1)
+    arrays = [(rng.standard_normal(n) * 3).astype(np.float16) for _ in range(3)]
+    arrays[0][:16], arrays[1][:16] = 1 + 3 / 1024, 1 + 3 / 1024   # a*b rounds to half before the add (see above)
+    return arrays
+
+def test_vector_half_math_rounds_after_each_op():
+    a, b, c = _half_inputs(1 << 16)
+    ta, tb, tc = (Tensor(x, device="CPU").realize() for x in (a, b, c))
+    build = lambda: ((ta * tb + tc).relu().maximum(tc) - ta / (tb.abs() + 1)) + (ta < tb).where(ta, -tc)
+    sources = _kernel_sources(build)
+    # one kernel, its loop vector code: half16 loads, math through float32 lanes
+    assert len(sources) == 1 and "half16 val" in sources[0] and "FG_FLOAT_TO_HALF_16(" in sources[0], sources
+    got = build().numpy()
+    want = ((np.maximum(np.maximum(a * b + c, np.float16(0)), c) - a / (np.abs(b) + np.float16(1))) + np.where(a < b, a, -c))
+    assert got.dtype == np.float16 and want.dtype == np.float16
+    np.testing.assert_array_equal(got, want)
+
+def test_vector_half_sum_matches_scalar_kernel():
+    # a half sum accumulates in float32 lanes read from half16 loads; the order of the adds is the scalar kernel's
+    from fusegrad import Context
+    (a,) = _half_inputs(1 << 16)[:1]
+    ta = Tensor(a, device="CPU").realize()
+    assert any("half16 val" in src for src in _kernel_sources(lambda: ta.sum()))
+    with Context(VECTORIZE=0): scalar = ta.sum().numpy()
+    assert scalar.tobytes() == ta.sum().numpy().tobytes()
+    np.testing.assert_allclose(float(ta.sum().numpy()), float(a.astype(np.float64).sum()), rtol=2e-3)
+
+@pytest.mark.parametrize("flags", [["-march=native"], ["-march=native", "-mno-avx512f", "-mno-f16c"]])
+def test_half_conversion_macros_round_like_numpy(tmp_path, flags):
+    """FG_FLOAT_TO_HALF_<n> / FG_HALF_TO_FLOAT_<n> for 4, 8 and 16 lanes, with F16C/AVX-512 instructions and with
+    the __builtin_convertvector fallback: round to nearest even like numpy, ties, subnormals, overflow, inf, NaN."""
+    import subprocess
+    from fusegrad.renderer.cstyle import half_conversion_macros
+    renderer = ClangRenderer()
+    values = np.array([0.0, -0.0, 1.0, 1 + 2 ** -11, 1 + 3 * 2 ** -11, 65504.0, 65519.99, 65520.0, -1e6, 2 ** -24, 2 ** -25,
+                       3 * 2 ** -26, 6e-8, 1e-3, np.inf, -np.inf, np.nan, 0.1, -2.5e-5, 1234.5678], dtype=np.float32)
+    values = np.concatenate([values, np.random.default_rng(2).standard_normal(28).astype(np.float32) * 1000])   # 48 values
+    types = renderer.vector_typedefs_for({dtypes.float16.vec(n) for n in (4, 8, 16)} | {dtypes.float32.vec(n) for n in (4, 8, 16)})
+    program = "#include <stdio.h>\n#include <string.h>\n" + half_conversion_macros({4, 8, 16}) + "int main(void) {\n" + types + \
+        "  float in[48] = {" + ", ".join("__builtin_nanf(\"\")" if np.isnan(v) else ("-" if v < 0 else "") + "__builtin_inff()"
+                                         if np.isinf(v) else f"{float(v)!r}f" for v in values) + "};\n" + "".join(f"""
+  for (int i = 0; i < 48; i += {n}) {{
+    float{n} f; memcpy(&f, in + i, sizeof(f));
+    half{n} h = FG_FLOAT_TO_HALF_{n}(f); float{n} back = FG_HALF_TO_FLOAT_{n}(h);
+    for (int j = 0; j < {n}; j++) {{ unsigned short bits; memcpy(&bits, (_Float16*)&h + j, 2); printf("{n} %u %a\\n", bits, back[j]); }}
+  }}""" for n in (4, 8, 16)) + "\n}\n"
+    source, binary = tmp_path / "half.c", tmp_path / "half"
+    source.write_text(program)
+    subprocess.run(["cc", "-O2", *flags, str(source), "-o", str(binary)], check=True)
+    lines = subprocess.run([str(binary)], capture_output=True, text=True, check=True).stdout.splitlines()
+    want = values.astype(np.float16)
+    for n in (4, 8, 16):
+        rows = [line.split() for line in lines if line.split()[0] == str(n)]
+        bits = np.array([int(r[1]) for r in rows], dtype=np.uint16)
+        back = np.array([float.fromhex(r[2]) for r in rows], dtype=np.float32)
+        nan = np.isnan(want)
+        assert np.array_equal(bits[~nan], want.view(np.uint16)[~nan]), n
+        assert np.isnan(bits.view(np.float16)[nan]).all() and np.isnan(back[nan]).all()
+        np.testing.assert_array_equal(back[~nan], want[~nan].astype(np.float32))
+
+def test_bfloat16_and_fp8_vector_code_rounds_like_torch():
+    # the emulations' integer encode/decode run on vector lanes (uint16 / uint8 loads and stores): a float32 tensor
+    # cast to bfloat16 or fp8 rounds as torch's conversions do (ties to even; 600 saturates to e4m3's 448 in both)
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.standard_normal((1 << 16) - 8) * 50, [0.0, -0.0, 1 + 2 ** -8, 1 + 3 * 2 ** -8, 2 ** -9, 400.0, 3e-3, -1e-3]]).astype(np.float32)
+    tx = Tensor(x, device="CPU").realize()
+    for dtype, torch_dtype, lanes in ((dtypes.bfloat16, torch.bfloat16, "unsigned_short16"), (dtypes.fp8e4m3, torch.float8_e4m3fn, "unsigned_char16")):
+        build = lambda: (tx * 1.5).cast(dtype)
+        assert any(f"*(({lanes}_u*)(data0+" in src for src in _kernel_sources(build)), dtype   # a vector store of the codes
+        bits = dtypes.uint16 if dtype.itemsize == 2 else dtypes.uint8
+        got = build().bitcast(bits).numpy()
+        want = torch.from_numpy(x * np.float32(1.5)).to(torch_dtype).view(torch.uint16 if dtype.itemsize == 2 else torch.uint8).numpy()
+        np.testing.assert_array_equal(got, want, err_msg=str(dtype))
+
+def test_bfloat16_and_fp8_vector_chains_match_scalar_kernels():
+    # decode, float32 math and (fp8: per op) rounding on vector lanes give the scalar kernels' bits
+    from fusegrad import Context
+    rng = np.random.default_rng(4)
+    for dtype in (dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2):
+        a, b, c = (Tensor(rng.standard_normal(1 << 16).astype(np.float32) * 4, device="CPU").cast(dtype).realize() for _ in range(3))
+        build = lambda: (a * b + c).relu().exp().cast(dtypes.float32) + (a > b).where(a, c).cast(dtypes.float32)
+        assert any("vector_size" in src and "for (int ridx1" not in src for src in _kernel_sources(build)), dtype
+        with Context(VECTORIZE=0): scalar = build().numpy()
+        assert build().numpy().tobytes() == scalar.tobytes(), dtype
+
+@pytest.mark.parametrize("np_dtype", [np.uint8, np.int8, np.uint16, np.int16])
+def test_small_integer_lanes_widen_and_narrow(np_dtype):
+    # 8- and 16-bit lanes widen to int32 and float32 (an image's x.float() / 255) and narrow back, on vectors
+    info = np.iinfo(np_dtype)
+    a = np.random.default_rng(5).integers(info.min, info.max, 1 << 16, dtype=np_dtype, endpoint=True)
+    a[:2] = info.min, info.max
+    t = Tensor(a, device="CPU").realize()
+    build = lambda: t.float() / 255 + t.cast(dtypes.int32).cast(dtypes.float32) * 2
+    assert all("vector_size" in src for src in _kernel_sources(build))
+    np.testing.assert_array_equal(build().numpy(), a.astype(np.float32) / np.float32(255) + a.astype(np.int32).astype(np.float32) * 2)
+    wrap = lambda: (t.cast(dtypes.int32) * 3 - 7).cast(t.dtype)
+    assert all("vector_size" in src for src in _kernel_sources(wrap))
+    np.testing.assert_array_equal(wrap().numpy(), (a.astype(np.int32) * 3 - 7).astype(np_dtype))
+
+# ---------------------------------------------------------------- gcc's if-conversion, per kernel
+
+IF_CONVERSION_OFF = '"no-tree-loop-if-convert"'
+
+def test_if_conversion_is_off_only_in_kernels_with_gated_accesses():
+    """GCC 12 miscompiled a gated load at a negative offset once if-converted, so kernels with gated loads or stores
+    turn if-conversion off for themselves; the others keep it (the flag is no longer global), so a scalar loop's
+    selects become vector blends."""
+    from fusegrad.runtime.ops_cpu import ClangCompiler
+    assert "-fno-tree-loop-if-convert" not in ClangCompiler().flags
+    rng = np.random.default_rng(6)
+    a, b = (Tensor(rng.standard_normal((1021, 1021)).astype(np.float32), device="CPU").realize() for _ in range(2))
+    selects = lambda: (a > 0).where(a, b * 2).clip(-1, 1)
+    assert not any(IF_CONVERSION_OFF in src for src in _kernel_sources(selects))
+    padded = lambda: a.pad(((0, 0), (3, 2))) * 2
+    assert all(IF_CONVERSION_OFF in src for src in _kernel_sources(padded))
+    x, y = a.numpy(), b.numpy()
+    np.testing.assert_array_equal(selects().numpy(), np.clip(np.where(x > 0, x, y * 2), -1, 1))
+    np.testing.assert_array_equal(padded().numpy(), np.pad(x, ((0, 0), (3, 2))) * 2)
+
+def test_gated_loads_at_negative_offsets_read_their_elements():
+    # the miscompile's shape: a scalar loop (odd sizes: no vector width divides them) whose loads are gated and
+    # sit at negative offsets where the gate is off (a pad before the data); forward and through the gradient
+    for n in (5, 7, 13, 31, 1021):
+        x = np.arange(1, 3 * n + 1, dtype=np.float32).reshape(3, n)
+        t = Tensor(x, device="CPU", requires_grad=True)
+        out = t.pad(((0, 0), (2, 1))) * Tensor(np.arange(n + 3, dtype=np.float32), device="CPU")
+        np.testing.assert_array_equal(out.numpy(), np.pad(x, ((0, 0), (2, 1))) * np.arange(n + 3, dtype=np.float32))
+        out.sum().backward()
+        np.testing.assert_array_equal(t.grad.numpy(), np.broadcast_to(np.arange(2, n + 2, dtype=np.float32), (3, n)))
+
+def test_both_gcc_guards_share_one_optimize_attribute():
+    # gcc 12 keeps only one of several optimize attributes, so a kernel with a flipped sum and a gated load names
+    # both options in one
+    x = Tensor(np.arange(16, dtype=np.float32), device="CPU").realize()
+    (src,) = _kernel_sources(lambda: x.reshape(8, 2).flip(1).pad(((0, 0), (1, 1))).sum(1))
+    assert src.count("optimize(") == 1 and '"no-tree-loop-vectorize", "no-tree-loop-if-convert"' in src, src
+    assert (x.reshape(8, 2).flip(1).pad(((0, 0), (1, 1))).sum(1)).numpy().tolist() == np.arange(16).reshape(8, 2).sum(1).tolist()

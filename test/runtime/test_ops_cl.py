@@ -1,8 +1,8 @@
 """The CL device (OpenCL through the ICD loader; PoCL on these machines), in the normal suite: a representative
 subset on CL — ops against numpy, gradients against PyTorch, matmul, convs, reductions (long ones grouped over a
 workgroup), random optimization action lists with LOCAL/GROUP/GROUPTOP/PADTO, JIT replay, copies — plus what is
-particular to the backend (names, instances, the program cache, profiling, errors). test_cl_suite.py runs the
-full op, gradient, JIT and opt tests with ``DEV=CL``. Skipped only where no OpenCL runtime is installed."""
+particular to the backend (names, instances, the program cache, profiling, errors). test_device_suites.py runs the
+op, gradient, JIT and opt tests with ``DEV=CL``. Skipped only where no OpenCL runtime is installed."""
 import ctypes
 import numpy as np
 import pytest

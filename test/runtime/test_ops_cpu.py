@@ -88,3 +88,20 @@ def test_only_reductions_that_step_backwards_turn_the_loop_vectorizer_off():
     (weight_grad,) = (out * out).sum().gradient(weight)
     sources = _kernel_sources(weight_grad)
     assert sources and not any(guard in src for src in sources)
+
+def test_big_host_buffers_are_huge_page_aligned():
+    # buffers of 4 MB and more are their own mapping, 2 MB aligned and marked for transparent huge pages; smaller
+    # ones stay 64-byte aligned arrays. Both hold what is written to them, and views of a big one work.
+    import ctypes
+    import numpy as np
+    from fusegrad import Tensor, dtypes
+    from fusegrad.device import Buffer, HUGE_PAGE
+    big, small = Buffer("CPU", HUGE_PAGE // 2, dtypes.float32).allocate(), Buffer("CPU", 1000, dtypes.float32).allocate()
+    assert ctypes.addressof(big._buf) % HUGE_PAGE == 0 and ctypes.addressof(small._buf) % 64 == 0
+    data = np.arange(HUGE_PAGE // 2, dtype=np.float32)
+    big.copyin(memoryview(data))
+    assert np.array_equal(np.frombuffer(big.as_buffer(), np.float32), data)
+    view = big.view(10, dtypes.float32, 4 * 1000)
+    assert np.array_equal(np.frombuffer(view.as_buffer(), np.float32), data[1000:1010])
+    x = Tensor(np.ones((1024, 2048), np.float32))
+    assert (x * 3 + 1).sum().item() == 4 * 1024 * 2048
