@@ -31,8 +31,8 @@ sin(+-inf) = NaN, sin(-0.0) = -0.0; NaN gives NaN everywhere.
 float32 sin for |x| > pi/4 uses Payne-Hanek (_payne_hanek_f32) in 32-bit integer lanes, computed
 on every lane, and x itself where |x| <= pi/4 (a branch would stop vectorization). One reduction, not
 Cody-Waite for the common range plus Payne-Hanek for huge x: both would run on every lane.
-Why integers and not float64: fusegrad's vectorizer and gcc's (with -fno-tree-loop-if-convert)
-vectorize only 32-bit lanes well; a float64 Payne-Hanek was 18x slower. Why not float Dekker products: the bits of 2/pi needed depend on
+Why integers and not float64: fusegrad's vectorizer (codegen/vectorize.py) computes only in 32-bit
+(and float16) lanes; a float64 Payne-Hanek was 18x slower. Why not float Dekker products: the bits of 2/pi needed depend on
 the exponent, which integer shifts select directly. Measured cost: see docs/decisions.md.
 
 float64 sin has Cody-Waite only: it multiplies the quadrant number q = round(x*2/pi) by pieces of
