@@ -2,8 +2,7 @@
 
     simplify index math (and gated addresses) → optimize (codegen/opt) → bfloat16 emulation → transcendentals
     → grouped reduces to local memory → launch dims → reduces to accumulators → fp8 emulation → vector loads of contiguous lanes
-    → index dtype → linearize
-    → vectorize innermost UPCAST loops (renderers with vector types) → render
+    → index dtype → innermost UPCAST loops as vector nodes (renderers with vector types) → linearize → render
 """
 from __future__ import annotations
 from fusegrad.dtype import dtypes
@@ -17,7 +16,7 @@ from fusegrad.codegen.lowering import lower_reduces, lower_group_reduces, to_lau
     unwrap_gated_indexes, load_contiguous_lanes, collapse_onehot_reduces
 from fusegrad.codegen.linearize import linearize
 from fusegrad.codegen.transcendental import decompose_transcendentals
-from fusegrad.codegen.vectorize import vectorize_loops
+from fusegrad.codegen.vectorize import vectorize_upcasts
 
 # (the Context settings get_program reads are listed in renderer/__init__.py, CODEGEN_FLAGS: their values are
 # part of ``renderer.options``, the compiled-kernel cache key)
@@ -92,13 +91,13 @@ def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Progr
     ast = graph_rewrite(ast, symbolic)
     if options.vector_loops: ast = load_contiguous_lanes(ast)
     ast = narrow_index_dtype(ast)
-    if viz is not None: trace.stage("symbolic, contiguous loads, narrow indices", ast)
+    # innermost UPCAST loops as vector nodes, where the renderer has vector types
+    if options.vector_loops and options.vectorize: ast = vectorize_upcasts(ast, options.max_vector_bytes, options.vector_gathers)
+    if viz is not None: trace.stage("symbolic, contiguous loads, narrow indices, vectors", ast)
     uops = linearize(ast)
     present = {u.arg for u in uops if u.op is Ops.PARAM}
     # (a dropped buffer's parameter is declared as bytes: its dtype may be one lowering emulates, like bfloat16)
     uops = [UOp(Ops.PARAM, dtypes.uint8.ptr(p.dtype.size * p.dtype.base.itemsize), (), p.arg) for p in params if p.arg not in present] + uops
-    # innermost UPCAST loops as straight-line vector code, where the renderer has vector types
-    if options.vector_loops and options.vectorize: uops = vectorize_loops(uops, options.max_vector_bytes)
     if DEBUG >= 6:
         for i, u in enumerate(uops): print(f"{i:4d} {u.op.name:12s} {u.dtype!r:24s} {u.arg!r}")
     src = renderer.render(name, uops)

@@ -1,40 +1,46 @@
-"""Vectorize innermost UPCAST loops of a linear program into straight-line vector code.
+"""Innermost UPCAST loops of a kernel graph as vector nodes: the last graph rewrite before ``linearize``.
 
-Runs after ``linearize``, only for renderers with ``vector_loops`` (the C renderer of the CPU
-device). A loop ``for (r = 0; r < W; r++) { body }`` qualifies when:
+Runs on the lowered kernel (accumulators are registers, indices narrowed) for renderers with ``vector_loops``:
+the CPU's C (gcc vector extensions), LLVM IR and the PYTHON device, which executes the same vector uops as the
+specification of what they mean (docs/linear_uops.md). A loop is a RANGE and its *body*: every node that runs
+inside it, i.e. depends on the range other than through an END that closes it. It qualifies when:
 
-- it is an UPCAST loop (UPCAST/UNROLL opts, and the accumulator loops ``lower_reduces`` makes)
-  with a constant trip count W that splits into at most 4 vectors of V lanes (V = 16, 8 or 4,
-  capped by ``renderer.max_vector_bytes``), and no loop nests inside it;
-- every memory access is ``base + r`` (a contiguous vector access), independent of r (a
-  broadcast, for loads of buffers the loop does not write), or anything else, accessed lane by
-  lane (a gather of V scalar loads, or a scatter of V scalar stores) when the loop also works on a
-  register tile or the index isn't affine in r (see docs/decisions.md: where gathers pay);
-- a gated access (padding, PADTO) is a masked vector load (masked lanes read 0 and touch no memory)
-  or store when contiguous, else a gather whose gated-off lanes read element 0 and are then zeroed
-  (gated scatters stay scalar); every buffer the loop writes is read (if at all) at the same address,
-  and every other op is an elementwise ALU op, CAST or BITCAST on 32-bit lanes (float32, int32,
-  uint32, bool as 32-bit masks), or on float16 lanes (the renderer computes each op in float32 and
-  rounds it to half), or a conversion of 16- and 8-bit lanes loaded or stored (bfloat16 and fp8
-  codes, images) from or to 32-bit ones.
+- it is an UPCAST range (UPCAST/UNROLL opts, and the accumulator lanes ``lower_reduces`` makes) with a constant trip
+  count W that splits into at most 4 vectors of V lanes (V = 16, 8 or 4, capped by the renderer's
+  ``max_vector_bytes``: the *fit to the target*), and no other loop runs inside it (``loop_nesting``);
+- its results leave the loop only as stores that an END (or the kernel's SINK) collects;
+- every memory access is ``base + r`` (a contiguous vector access), independent of r (a broadcast, for loads of
+  buffers the loop does not write), or anything else, accessed lane by lane (a gather of V scalar loads, or a
+  scatter of V scalar stores) where the target says lane-by-lane access pays (``Renderer.vector_gathers``; on the
+  CPU: when the loop also works on a register tile or the index isn't affine in r, docs/decisions.md);
+- a gated access (padding, PADTO) is a masked vector load (masked lanes read 0 and touch no memory) or store when
+  contiguous, else a gather whose gated-off lanes read element 0 and are then zeroed (gated scatters stay scalar);
+  every buffer the loop writes is read (if at all) at the same address, and every other op is an elementwise ALU
+  op, CAST or BITCAST on 32-bit lanes (float32, int32, uint32, bool as 32-bit masks), or on float16 lanes (the
+  renderer computes each op in float32 and rounds it to half), or a conversion of 16- and 8-bit lanes loaded or
+  stored (bfloat16 and fp8 codes, images) from or to 32-bit ones.
 
-A qualifying loop becomes W/V chunks; chunk c computes lanes r = c*V .. c*V+V-1 with vector
-dtypes (``dtypes.float32.vec(V)``): vector LOADs/STOREs from a scalar-pointer INDEX at
-``base + c*V`` (V contiguous elements, no alignment assumed), VECTORIZE of one repeated scalar for
-broadcasts, VECTORIZE of V scalar loads for gathers, a GEP and scalar STORE per lane for scatters,
-and lane-wise ALU ops. Every lane does the same ops in the same order as its scalar
-iteration did, so no sum is reordered; results match the scalar loop up to FMA contraction, which
-gcc (-ffp-contract=fast) may apply differently to scalar and vector code (a few ulps). Compares
-give -1/0 lane masks, so a loop that uses a bool as a number (or orders bools) stays scalar. A register array (DEFINE_REG) whose loop accesses
-all vectorize with the same V at slots divisible by V becomes an array of vectors; scalar code
-elsewhere still reads its elements (the renderer casts it back to a scalar pointer).
+A qualifying loop's RANGE disappears. Its body is rebuilt W/V times, chunk c computing lanes r = c*V .. c*V+V-1,
+by one expansion rule per kind of node (``EXPANSIONS``): an INDEX becomes a vector address at ``base + c*V`` (or V
+per-lane addresses), a LOAD a vector load (or a broadcast, or a gather), a STORE a vector store (or a scatter), any
+other op the same op on ``dtype.vec(V)``. Index math is rebuilt per lane by the INDEX rule. The ENDs (or the SINK)
+that collected the loop's stores collect the chunks' stores instead, and the linearizer then places the new nodes
+like any other (loop-invariant gathers and broadcasts move out of enclosing loops by themselves).
 
-Anything else keeps its scalar loop (which gcc may still auto-vectorize).
+Every lane does the same ops in the same order as its scalar iteration did, so no sum is reordered; results match
+the scalar loop up to FMA contraction, which gcc (-ffp-contract=fast) may apply differently to scalar and vector code
+(a few ulps). Compares give -1/0 lane masks, so a loop that uses a bool as a number (or orders bools) stays scalar.
+A register array (DEFINE_REG) whose loop accesses all vectorize with the same V at slots divisible by V becomes an
+array of vectors; scalar code elsewhere still reads its elements (through a scalar pointer INDEX).
+
+Anything else keeps its loop (which gcc may still auto-vectorize). Which loops exist at all is the optimizer's
+choice: UPCAST and UNROLL make them (BEAM searches their sizes), PADTO makes masked lanes.
 """
 from __future__ import annotations
 from typing import Any
-from fusegrad.dtype import dtypes, DType
+from fusegrad.dtype import dtypes
 from fusegrad.uop.ops import UOp, Ops, AxisType
+from fusegrad.codegen.kernel import loop_nesting
 
 LANE_DTYPES = (dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bool)
 REGISTER_DTYPES = (dtypes.float32, dtypes.int32, dtypes.uint32)   # registers that may become arrays of vectors
@@ -62,21 +68,19 @@ def _lanes(width: int, max_lanes: int) -> int | None:
     return None
 
 class _Loop:
-    """One candidate loop: its position in the list, its range, lanes, and the analysis."""
-    def __init__(self, uops: list[UOp], start: int, end: int, lanes: int):
-        self.start, self.end, self.lanes = start, end, lanes
-        self.rng = uops[start]
-        self.body = uops[start + 1:end]
-        self.varying: set[UOp] = {self.rng}
-        for u in self.body:
-            if any(s in self.varying for s in u.src): self.varying.add(u)
+    """One candidate loop: its range, the lanes per vector, its body (every node that runs inside the loop, in
+    toposort order: exactly what the linearizer would emit between the RANGE and its END) and the analysis."""
+    def __init__(self, rng: UOp, body: list[UOp], lanes: int):
+        self.rng, self.body, self.lanes = rng, body, lanes
+        # (every body node depends on the loop variable: a node that doesn't runs outside the loop)
+        self.varying: set[UOp] = {rng, *body}
         users: dict[UOp, list[UOp]] = {}
         for u in self.body:
             for s in u.src: users.setdefault(s, []).append(u)
         # index math: varying integer ops whose only users are INDEX offsets or other index math
         self.index_math: set[UOp] = set()
         for u in reversed([self.rng] + self.body):
-            if u not in self.varying or u.op in (Ops.INDEX, Ops.LOAD, Ops.STORE): continue
+            if u.op in (Ops.INDEX, Ops.LOAD, Ops.STORE): continue
             us = users.get(u, [])
             if us and all((x.op is Ops.INDEX and x.src[1] is u and u not in x.src[2:] and x.src[0] is not u) or x in self.index_math for x in us):
                 self.index_math.add(u)
@@ -84,6 +88,7 @@ class _Loop:
         self.reg_accesses: list[tuple[UOp, UOp]] = []   # (DEFINE_REG, INDEX) accessed as vectors
         self.strided: set[UOp] = set()                  # INDEXes accessed lane by lane
         self.irregular: set[UOp] = set()                # ... of them, those whose index isn't affine in the loop variable
+        self.stores: dict[UOp, list[UOp]] = {}          # after the rewrite: each STORE of the body -> its vector stores
 
     def coefficient(self, u: UOp) -> int:
         if u not in self.varying: return 0
@@ -100,7 +105,7 @@ class _Loop:
         self.coef[u] = c
         return c
 
-    def analyze(self) -> None:
+    def analyze(self, gathers: str = "register_tiles") -> None:
         rng, varying = self.rng, self.varying
         # (the loop variable used as a value, by a gate's compare say, is the vector of lane numbers)
         if rng.dtype not in LANE_DTYPES and any(rng in u.src and u not in self.index_math and u.op not in (Ops.INDEX, Ops.LOAD, Ops.STORE)
@@ -151,10 +156,13 @@ class _Loop:
             if u.op is Ops.RECIPROCAL and not dtypes.is_float(u.dtype): raise _Reject("integer reciprocal")
         for buf, indexes in stored.items():
             if accessed[buf] != indexes or len(indexes) != 1: raise _Reject("a written buffer read at another address")
-        # lane-by-lane access pays off where the lanes then feed a register tile (a gathered channel
-        # vector reused by every tile position) or the index isn't affine (gcc can't vectorize that loop
-        # itself, and its scalar selects branch); a plain strided copy is faster as gcc's scalar code
-        if self.strided - self.irregular and not self.reg_accesses: raise _Reject("gather or scatter outside a register tile")
+        # where lane-by-lane access pays is the target's call (Renderer.vector_gathers). On the CPU it pays where the
+        # lanes then feed a register tile (a gathered channel vector reused by every tile position) or the index
+        # isn't affine (gcc can't vectorize that loop itself, and its scalar selects branch); a plain strided copy is
+        # faster as gcc's scalar code
+        if self.strided and gathers == "never": raise _Reject("the target takes no gathers")
+        if self.strided - self.irregular and not self.reg_accesses and gathers == "register_tiles":
+            raise _Reject("gather or scatter outside a register tile")
 
 def _lane_dtypes_supported(u: UOp) -> bool:
     """Can the vector form of the value op ``u`` be rendered lane-wise with its dtypes?"""
@@ -173,23 +181,9 @@ def _lane_dtypes_supported(u: UOp) -> bool:
         (u.op is not Ops.WHERE or u.src[0].dtype == dtypes.bool)
 
 class _Builder:
-    """Builds the vector uops of one loop. Every new uop but constants gets ``arg=tag`` so it is
-    distinct from any uop elsewhere in the list (UOps are hash-consed)."""
-    def __init__(self, loop: _Loop, tag: tuple, vector_regs: dict[UOp, UOp]):
-        self.loop, self.tag, self.vector_regs = loop, tag, vector_regs
-        self.out: list[UOp] = []
-        self.seen: set[UOp] = set()
-
-    def emit(self, u: UOp) -> UOp:
-        # constants render without a declaration, so emitting one again (or in a closed scope) is harmless
-        if u not in self.seen:
-            for s in u.src:
-                if s.op is Ops.CONST: self.emit(s)
-            self.seen.add(u)
-            self.out.append(u)
-        return u
-
-    def new(self, op: Ops, dtype: DType, src: tuple) -> UOp: return self.emit(UOp(op, dtype, src, self.tag))
+    """Index math of one loop at a given lane (the loop variable replaced by a constant, folded a little)."""
+    def __init__(self, loop: _Loop, vector_regs: dict[UOp, UOp]):
+        self.loop, self.vector_regs = loop, vector_regs
 
     def scalar_at(self, u: UOp, offset: int, mapped: dict[UOp, UOp], memo: dict[UOp, UOp]) -> UOp:
         """Index math ``u`` with the loop variable replaced by ``offset``, simplified a little."""
@@ -198,7 +192,7 @@ class _Builder:
         if u in memo: return memo[u]
         srcs = tuple(self.scalar_at(s, offset, mapped, memo) for s in u.src)
         if len(srcs) != 2:   # (a select or a cast in irregular index math: rebuilt as it is)
-            memo[u] = self.new(u.op, u.dtype, srcs)
+            memo[u] = UOp(u.op, u.dtype, srcs)
             return memo[u]
         a, b = srcs
         if a.op is Ops.CONST and b.op is Ops.CONST and u.op in _FOLD and (u.op in (Ops.ADD, Ops.SUB, Ops.MUL) or (a.arg >= 0 and b.arg > 0)):
@@ -207,7 +201,7 @@ class _Builder:
         elif u.op is Ops.ADD and b.op is Ops.CONST and b.arg == 0: out = a
         elif u.op is Ops.ADD and a.op is Ops.CONST and a.arg == 0: out = b
         elif u.op is Ops.SUB and b.op is Ops.CONST and b.arg == 0: out = a
-        else: out = self.new(u.op, u.dtype, (a, b))
+        else: out = UOp(u.op, u.dtype, (a, b))
         memo[u] = out
         return out
 
@@ -219,34 +213,51 @@ class _Builder:
             if a is None or b is None: return None
             if b.op is Ops.CONST and b.arg == 0: return a
             if a.op is Ops.CONST and a.arg == 0: return b
-            return self.new(Ops.ADD, u.dtype, (a, b))
+            return UOp(Ops.ADD, u.dtype, (a, b))
         if u.op is Ops.MUL:
             for x, k in ((u.src[0], u.src[1]), (u.src[1], u.src[0])):
                 if k.op is Ops.CONST and k.arg % v == 0:
-                    return x if k.arg == v else self.new(Ops.MUL, u.dtype, (x, UOp.const(k.dtype, k.arg // v)))
+                    return x if k.arg == v else UOp(Ops.MUL, u.dtype, (x, UOp.const(k.dtype, k.arg // v)))
         return None
 
-def _find_loops(uops: list[UOp], max_lanes: int) -> list[_Loop]:
-    loops, stack = [], []
-    for i, u in enumerate(uops):
-        if u.op is Ops.RANGE: stack.append((i, True))
-        elif u.op is Ops.END:
-            start, innermost = stack.pop()
-            if stack: stack[-1] = (stack[-1][0], False)
-            r = uops[start]
-            if innermost and r.arg[1] is AxisType.UPCAST and r.src[0].op is Ops.CONST and (v := _lanes(r.src[0].arg, max_lanes)):
-                loops.append(_Loop(uops, start, i, v))
-    return loops
+def _candidate_loops(sink: UOp, max_lanes: int) -> list[_Loop]:
+    """The innermost UPCAST loops of constant size that split into vectors, each with its body."""
+    order = list(sink.toposort)
+    nesting = loop_nesting(sink)
+    enclosing = set().union(*nesting.values())   # ranges some other loop runs inside
+    # each node's open ranges, as the linearizer sees them: its sources', its own RANGE, less what an END closes
+    open_ranges: dict[UOp, frozenset] = {}
+    for x in order:
+        found = frozenset().union(*(open_ranges[s] for s in x.src)) if x.src else frozenset()
+        if x.op is Ops.RANGE: found = found | {x}
+        if x.op is Ops.END: found = found - {s for s in x.src if s.op is Ops.RANGE}
+        open_ranges[x] = found
+    loops = []
+    for r in order:
+        if r.op is not Ops.RANGE or r.arg[1] is not AxisType.UPCAST or r in enclosing or r.src[0].op is not Ops.CONST: continue
+        if (lanes := _lanes(r.src[0].arg, max_lanes)) is None: continue
+        loops.append(_Loop(r, [x for x in order if x is not r and x is not sink and r in open_ranges[x]], lanes))
+    # the body's results leave the loop only as the stores an END (or the kernel's SINK) collects
+    users: dict[UOp, list[UOp]] = {}
+    for x in order:
+        for s in x.src: users.setdefault(s, []).append(x)
+    def leaves_cleanly(loop: _Loop) -> bool:
+        inside = loop.varying
+        return all(user in inside or (user.op in (Ops.END, Ops.SINK) and (u.op is Ops.STORE or u is loop.rng))
+                   for u in inside for user in users.get(u, []))
+    return [loop for loop in loops if leaves_cleanly(loop)]
 
-def vectorize_loops(uops: list[UOp], max_vector_bytes: int = 64) -> list[UOp]:
-    """Rewrite every qualifying innermost UPCAST loop of ``uops`` into vector code (see module doc)."""
+def vectorize_upcasts(sink: UOp, max_vector_bytes: int = 64, gathers: str = "register_tiles") -> UOp:
+    """Rewrite every qualifying innermost UPCAST loop of kernel ``sink`` (after lowering, before linearize) into
+    vector nodes (see module doc). The loop's RANGE disappears: the ENDs (or the SINK) that collected its stores
+    collect the vector stores instead. ``max_vector_bytes`` and ``gathers`` are the target's (``Renderer``)."""
     max_lanes = max_vector_bytes // 4
     loops: list[_Loop] = []
-    for loop in _find_loops(uops, max_lanes):
+    for loop in _candidate_loops(sink, max_lanes):
         try:
-            loop.analyze()
+            loop.analyze(gathers)
             # check the register slots divide by the lane count (with a throwaway builder)
-            b = _Builder(loop, ("probe",), {})
+            b = _Builder(loop, {})
             for _, index in loop.reg_accesses:
                 if b.divided(b.scalar_at(index.src[1], 0, {}, {}), loop.lanes) is None: raise _Reject("unaligned register slot")
             loops.append(loop)
@@ -254,14 +265,14 @@ def vectorize_loops(uops: list[UOp], max_vector_bytes: int = 64) -> list[UOp]:
             continue
     # a register that scalar code writes (a hot update loop that stayed scalar) stays a scalar array:
     # vector accesses to it in other loops would force it out of registers, so those loops stay scalar
+    all_stores = [u for u in sink.toposort if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.DEFINE_REG]
     while loops:
         inside = {u for loop in loops for u in loop.body}
-        scalar_written = {u.src[0].src[0] for u in uops if u.op is Ops.STORE and u not in inside and u.src[0].op is Ops.INDEX
-                          and u.src[0].src[0].op is Ops.DEFINE_REG}
+        scalar_written = {u.src[0].src[0] for u in all_stores if u not in inside}
         keep = [loop for loop in loops if not any(reg in scalar_written for reg, _ in loop.reg_accesses)]
         if len(keep) == len(loops): break
         loops = keep
-    if not loops: return uops
+    if not loops: return sink
     # registers accessed as vectors with one lane count become arrays of vectors
     reg_lanes: dict[UOp, set[int]] = {}
     for loop in loops:
@@ -270,91 +281,106 @@ def vectorize_loops(uops: list[UOp], max_vector_bytes: int = 64) -> list[UOp]:
     for reg, lanes in reg_lanes.items():
         if len(lanes) == 1 and reg.dtype.size % (v := next(iter(lanes))) == 0 and reg.dtype.base in REGISTER_DTYPES:
             vector_regs[reg] = UOp(Ops.DEFINE_REG, reg.dtype.base.vec(v).ptr(reg.dtype.size // v), (), reg.arg)
-    by_start = {loop.start: loop for loop in loops}
+    loop_of = {u: loop for loop in loops for u in loop.varying}
+    rewritten: set[_Loop] = set()
     mapped: dict[UOp, UOp] = dict(vector_regs)
-    out: list[UOp] = []
-    i = 0
-    while i < len(uops):
-        u = uops[i]
-        if i in by_start:
-            loop = by_start[i]
-            out.extend(_rewrite_loop(loop, mapped, ("vec", i), vector_regs))
-            i = loop.end + 1
-            continue
-        new = mapped.get(u) if u.op is Ops.DEFINE_REG else None
-        if new is None:
-            src = tuple(mapped.get(s, s) for s in u.src)
-            new = u if src == u.src else u.replace(src=src)
-        mapped[u] = new
-        out.append(new)
-        i += 1
-    return out
+    # one walk in toposort order: a loop is rewritten when its first collector (an END or the SINK) comes up,
+    # by which time every node outside the loop that it reads has its new form in ``mapped``
+    for x in sink.toposort:
+        if x in mapped or x in loop_of: continue
+        src = []
+        for s in x.src:
+            if s not in loop_of:
+                src.append(mapped.get(s, s))
+                continue
+            loop = loop_of[s]
+            if loop not in rewritten:
+                _rewrite_loop(loop, mapped, vector_regs)
+                rewritten.add(loop)
+            if s is not loop.rng: src.extend(loop.stores[s])   # (the loop's range itself is gone)
+        mapped[x] = x if tuple(src) == x.src else x.replace(src=tuple(src))
+    return mapped[sink]
 
-def _rewrite_loop(loop: _Loop, mapped: dict[UOp, UOp], tag: tuple, vector_regs: dict[UOp, UOp]) -> list[UOp]:
-    b = _Builder(loop, tag, vector_regs)
-    v, rng = loop.lanes, loop.rng
-    # ops of the body that don't vary with the loop variable run once, as scalars
-    for u in loop.body:
-        if u in loop.varying: continue
-        new = u.replace(src=tuple(mapped.get(s, s) for s in u.src))
-        mapped[u] = new
-        b.emit(new)
-    for chunk in range(rng.src[0].arg // v):
-        lane: dict[UOp, Any] = {}      # varying op -> its vector (or address, or per-lane addresses) for this chunk
-        memo: dict[UOp, UOp] = {}
-        lane_memos: list[dict[UOp, UOp]] = [{} for _ in range(v)]
-        gates: dict[UOp, UOp] = {}     # gated gathers: INDEX -> its gate (lane mask or scalar)
-        lane[rng] = b.new(Ops.VECTORIZE, rng.dtype.vec(v), tuple(UOp.const(rng.dtype, chunk * v + i) for i in range(v)))
-        broadcasts: dict[UOp, UOp] = {}
-        def operand(s: UOp) -> UOp:
-            if s in loop.varying: return lane[s]
-            s = mapped.get(s, s)
-            if s not in broadcasts: broadcasts[s] = b.new(Ops.VECTORIZE, s.dtype.vec(v), (s,) * v)
-            return broadcasts[s]
-        def deps(u: UOp, skip: int) -> tuple:
-            return tuple(lane.get(s, mapped.get(s, s)) for s in u.src[skip:] if s is not rng)
+# ---------------------------------------------------------------- the expansion rules
+
+class _Chunk:
+    """Lanes c*V .. c*V+V-1 of a loop being rewritten: ``lane`` maps each body node to its vector for them (an INDEX
+    to its vector address, or to one address per lane when it is strided). ``mapped`` holds the new form of every
+    node outside the loop that the body reads."""
+    def __init__(self, loop: _Loop, number: int, builder: _Builder, mapped: dict[UOp, UOp], vector_regs: dict[UOp, UOp]):
+        self.loop, self.first, self.b, self.mapped, self.vector_regs = loop, number * loop.lanes, builder, mapped, vector_regs
+        v, rng = loop.lanes, loop.rng
+        self.lane: dict[UOp, Any] = {rng: UOp(Ops.VECTORIZE, rng.dtype.vec(v), tuple(UOp.const(rng.dtype, self.first + i) for i in range(v)))}
+        self.memo: dict[UOp, UOp] = {}                                    # index math at the chunk's first lane
+        self.lane_memos: list[dict[UOp, UOp]] = [{} for _ in range(v)]    # ... and at each lane
+        self.gates: dict[UOp, UOp] = {}                                   # gated gathers: INDEX -> its gate
+        self.broadcasts: dict[UOp, UOp] = {}
+
+    def outside(self, s: UOp) -> UOp: return self.mapped.get(s, s)
+
+    def operand(self, s: UOp) -> UOp:
+        """``s`` as a vector: its chunk vector, or a loop-invariant value broadcast to every lane."""
+        if s in self.loop.varying: return self.lane[s]
+        s = self.outside(s)
+        if s not in self.broadcasts: self.broadcasts[s] = UOp(Ops.VECTORIZE, s.dtype.vec(self.loop.lanes), (s,) * self.loop.lanes)
+        return self.broadcasts[s]
+
+    def deps(self, u: UOp, skip: int) -> tuple:
+        """The ordering sources of a LOAD or STORE (from position ``skip``), without the loop's range."""
+        return tuple(self.lane.get(s, self.outside(s)) for s in u.src[skip:] if s is not self.loop.rng)
+
+def _expand_index(c: _Chunk, u: UOp) -> Any:
+    loop, v, buf = c.loop, c.loop.lanes, u.src[0]
+    if u in loop.strided:   # one scalar address per lane
+        offsets = [c.b.scalar_at(u.src[1], c.first + i, c.mapped, c.lane_memos[i]) for i in range(v)]
+        if len(u.src) > 2:
+            # gated: a lane the gate turns off reads element 0 (its own address may be outside the buffer), and the
+            # load's WHERE gives it 0
+            gate = c.lane[u.src[2]] if u.src[2] in loop.varying else c.outside(u.src[2])
+            c.gates[u] = gate
+            conditions = [UOp(Ops.GEP, dtypes.bool, (gate,), (i,)) if gate.dtype.count > 1 else gate for i in range(v)]
+            offsets = [UOp(Ops.WHERE, o.dtype, (cond, o, UOp.const(o.dtype, 0))) for cond, o in zip(conditions, offsets)]
+        return [UOp(Ops.INDEX, u.dtype, (c.outside(buf), o)) for o in offsets]
+    base = c.b.scalar_at(u.src[1], c.first, c.mapped, c.memo)
+    if buf in c.vector_regs: return UOp(Ops.INDEX, c.vector_regs[buf].dtype, (c.vector_regs[buf], c.b.divided(base, v)))
+    # a gate stays a scalar when it doesn't vary (the whole vector or nothing), else a lane mask
+    gate = tuple(c.lane[g] if g in loop.varying else c.outside(g) for g in u.src[2:])
+    return UOp(Ops.INDEX, u.dtype, (c.outside(buf), base) + gate)
+
+def _expand_load(c: _Chunk, u: UOp) -> UOp:
+    index, v = u.src[0], c.loop.lanes
+    if index in c.loop.strided:   # a gather: scalar loads, then one vector of them
+        gathered = UOp(Ops.VECTORIZE, u.dtype.vec(v), tuple(UOp(Ops.LOAD, u.dtype, (address,) + c.deps(u, 1)) for address in c.lane[index]))
+        if index not in c.gates: return gathered
+        gate = c.gates[index] if c.gates[index].dtype.count > 1 else UOp(Ops.VECTORIZE, dtypes.bool.vec(v), (c.gates[index],) * v)
+        return UOp(Ops.WHERE, u.dtype.vec(v), (gate, gathered, UOp(Ops.VECTORIZE, u.dtype.vec(v), (UOp.const(u.dtype, 0),) * v)))
+    if index in c.loop.varying: return UOp(Ops.LOAD, u.dtype.vec(v), (c.lane[index],) + c.deps(u, 1))
+    # a broadcast load: the scalar load, then the broadcast
+    return UOp(Ops.VECTORIZE, u.dtype.vec(v), (UOp(Ops.LOAD, u.dtype, (c.outside(index),) + c.deps(u, 1)),) * v)
+
+def _expand_store(c: _Chunk, u: UOp) -> list[UOp]:
+    value = c.operand(u.src[1])
+    if u.src[0] in c.loop.strided:   # a scatter: one scalar store per lane
+        return [UOp(Ops.STORE, dtypes.void, (address, UOp(Ops.GEP, value.dtype.scalar(), (value,), (i,))) + c.deps(u, 2))
+                for i, address in enumerate(c.lane[u.src[0]])]
+    return [UOp(Ops.STORE, dtypes.void, (c.lane[u.src[0]], value) + c.deps(u, 2))]
+
+def _expand_value(c: _Chunk, u: UOp) -> UOp:
+    """ALU ops, CAST and BITCAST work lane-wise."""
+    return UOp(u.op, u.dtype.vec(c.loop.lanes), tuple(c.operand(s) for s in u.src))
+
+# how each node of a vectorized loop's body becomes vector nodes (index math has none: INDEX rebuilds it per lane)
+EXPANSIONS = {Ops.INDEX: _expand_index, Ops.LOAD: _expand_load, Ops.STORE: _expand_store}
+
+def _rewrite_loop(loop: _Loop, mapped: dict[UOp, UOp], vector_regs: dict[UOp, UOp]) -> None:
+    """Expand ``loop``'s body chunk by chunk (W/V chunks of V lanes); ``loop.stores`` gets each STORE's vector (or
+    per-lane) stores, which the loop's collectors take instead."""
+    builder = _Builder(loop, vector_regs)
+    loop.stores = {u: [] for u in loop.body if u.op is Ops.STORE}
+    for number in range(loop.rng.src[0].arg // loop.lanes):
+        chunk = _Chunk(loop, number, builder, mapped, vector_regs)
         for u in loop.body:
-            if u not in loop.varying or u in loop.index_math: continue
-            if u.op is Ops.INDEX:
-                buf = u.src[0]
-                if u in loop.strided:   # one scalar address per lane
-                    offsets = [b.scalar_at(u.src[1], chunk * v + i, mapped, lane_memos[i]) for i in range(v)]
-                    if len(u.src) > 2:
-                        # gated: a lane the gate turns off reads element 0 (its own address may be outside
-                        # the buffer), and the load's WHERE below gives it 0
-                        gate = lane[u.src[2]] if u.src[2] in loop.varying else mapped.get(u.src[2], u.src[2])
-                        gates[u] = gate
-                        conditions = [b.emit(UOp(Ops.GEP, dtypes.bool, (gate,), (i,))) if gate.dtype.count > 1 else gate for i in range(v)]
-                        offsets = [b.new(Ops.WHERE, o.dtype, (c, o, UOp.const(o.dtype, 0))) for c, o in zip(conditions, offsets)]
-                    lane[u] = [b.new(Ops.INDEX, u.dtype, (mapped.get(buf, buf), o)) for o in offsets]
-                    continue
-                base = b.scalar_at(u.src[1], chunk * v, mapped, memo)
-                if buf in vector_regs:
-                    lane[u] = b.new(Ops.INDEX, vector_regs[buf].dtype, (vector_regs[buf], b.divided(base, v)))
-                else:
-                    # a gate stays a scalar when it doesn't vary (the whole vector or nothing), else a lane mask
-                    gate = tuple(lane[g] if g in loop.varying else mapped.get(g, g) for g in u.src[2:])
-                    lane[u] = b.new(Ops.INDEX, u.dtype, (mapped.get(buf, buf), base) + gate)
-            elif u.op is Ops.LOAD:
-                index = u.src[0]
-                if index in loop.strided:   # a gather: scalar loads, then one vector of them
-                    scalars = tuple(b.new(Ops.LOAD, u.dtype, (address,) + deps(u, 1)) for address in lane[index])
-                    lane[u] = b.new(Ops.VECTORIZE, u.dtype.vec(v), scalars)
-                    if index in gates:
-                        gate = gates[index] if gates[index].dtype.count > 1 else b.new(Ops.VECTORIZE, dtypes.bool.vec(v), (gates[index],) * v)
-                        zero = b.new(Ops.VECTORIZE, u.dtype.vec(v), (UOp.const(u.dtype, 0),) * v)
-                        lane[u] = b.new(Ops.WHERE, u.dtype.vec(v), (gate, lane[u], zero))
-                elif index in loop.varying: lane[u] = b.new(Ops.LOAD, u.dtype.vec(v), (lane[index],) + deps(u, 1))
-                else:   # a broadcast load: the scalar load, then the broadcast
-                    scalar = b.new(Ops.LOAD, u.dtype, (mapped.get(index, index),) + deps(u, 1))
-                    lane[u] = b.new(Ops.VECTORIZE, u.dtype.vec(v), (scalar,) * v)
-            elif u.op is Ops.STORE and u.src[0] in loop.strided:   # a scatter: one scalar store per lane
-                value = operand(u.src[1])
-                for i, address in enumerate(lane[u.src[0]]):
-                    element = b.emit(UOp(Ops.GEP, value.dtype.scalar(), (value,), (i,)))
-                    b.new(Ops.STORE, dtypes.void, (address, element) + deps(u, 2))
-            elif u.op is Ops.STORE:
-                lane[u] = b.new(Ops.STORE, dtypes.void, (lane[u.src[0]], operand(u.src[1])) + deps(u, 2))
-            else:
-                lane[u] = b.new(u.op, u.dtype.vec(v), tuple(operand(s) for s in u.src))
-    return b.out
+            if u in loop.index_math: continue
+            made = EXPANSIONS.get(u.op, _expand_value)(chunk, u)
+            if u.op is Ops.STORE: loop.stores[u].extend(made)
+            else: chunk.lane[u] = made

@@ -72,6 +72,7 @@ class RendererOptions:
     thread_accumulators: int            # accumulators of a GPU thread's register tile
     filling_outputs: int                # outputs below which a long reduce is split over a workgroup (GROUP)
     vector_loops: bool                  # innermost UPCAST loops become vector code (codegen/vectorize.py)
+    vector_gathers: str                 # where lane-by-lane vectors (gathers, scatters) pay: "register_tiles", "always", "never"
     native_transcendentals: bool        # False: exp2/log2/sin are decomposed into polynomials
     gpu_heuristic: bool                 # workgroup defaults from codegen/opt/gpu_heuristic.py
     tensor_cores: tuple[TensorCore, ...]
@@ -105,6 +106,10 @@ class Renderer:
     thread_accumulators: int = 16    # accumulators per thread (registers: a 4x4 tile)
     filling_outputs: int = 2048      # outputs that keep the device busy without splitting a reduce over threads
     vector_loops: bool = False       # renders vector dtypes: innermost UPCAST loops become vector code (codegen/vectorize.py)
+    # where a loop whose lanes aren't contiguous in memory still pays as vector code (gathered loads, scattered stores):
+    # "register_tiles" only where the loop also works on a register tile, or its index isn't affine (measured on the
+    # CPU: docs/decisions.md); "always"; "never" (such loops stay loops)
+    vector_gathers: str = "register_tiles"
     native_transcendentals: bool = True   # False: exp2/log2/sin are decomposed into polynomials
     gpu_heuristic: bool = False      # workgroup renderers (OpenCL): codegen/opt/gpu_heuristic.py picks their opts
     tensor_cores: list[TensorCore] = []   # matrix instructions OptOps.TC may use (the first that matches)
@@ -129,7 +134,7 @@ class Renderer:
             local_max_threads=self.local_max_threads, shared_max=self.shared_max, max_vector_bytes=self.max_vector_bytes,
             vector_registers=self.vector_registers, scalar_accumulators=self.scalar_accumulators, stage_max_bytes=self.stage_max_bytes,
             workgroup_threads=self.workgroup_threads, thread_accumulators=self.thread_accumulators, filling_outputs=self.filling_outputs,
-            vector_loops=self.vector_loops, native_transcendentals=self.native_transcendentals, gpu_heuristic=self.gpu_heuristic,
+            vector_loops=self.vector_loops, vector_gathers=self.vector_gathers, native_transcendentals=self.native_transcendentals, gpu_heuristic=self.gpu_heuristic,
             tensor_cores=tuple(self.tensor_cores), **dict(zip(CODEGEN_FLAGS, flags)))
 
 @dataclass

@@ -62,6 +62,7 @@ class PythonRenderer(Renderer):
     tensor_cores = [BF16_TENSOR_CORE]
     has_local = True
     has_shared = True
+    vector_loops = True   # runs the vector nodes codegen/vectorize.py makes for the CPU, as the executable spec of them
     local_max = (1024,) * 3
     shared_max = 65536
     def render(self, name: str, uops: list[UOp]) -> str:
@@ -275,9 +276,12 @@ class _Mem:
         self.epoch = np.full(arr.shape, -1, np.int64) if shared else None
 
 class _Ref:
-    """The value of an INDEX: memory, element index (per lane or uniform) and an optional gate."""
-    __slots__ = ("mem", "idx", "gate")
-    def __init__(self, mem: _Mem, idx: Any, gate: Any): self.mem, self.idx, self.gate = mem, idx, gate
+    """The value of an INDEX: memory, element index (per lane or uniform), an optional gate, and ``k``: the scalars
+    one index step moves (the INDEX's pointer dtype: an array of vectors indexed through a scalar pointer moves 1).
+    A ``vector_gate`` gates each element of a vector access on its own (a bool vector, not one bool per lane)."""
+    __slots__ = ("mem", "idx", "gate", "k", "vector_gate")
+    def __init__(self, mem: _Mem, idx: Any, gate: Any, k: int = 1, vector_gate: bool = False):
+        self.mem, self.idx, self.gate, self.k, self.vector_gate = mem, idx, gate, k, vector_gate
 
 class _Launch:
     """One chunk of workgroups, run in lockstep."""
@@ -391,7 +395,9 @@ class PythonProgram:
                 mem = values[src[0]]
                 if not isinstance(mem, _Mem):
                     raise TypeError(f"kernel {self.name}: INDEX at {pc} is not into a PARAM/DEFINE_REG/DEFINE_LOCAL")
-                values[pc] = _Ref(mem, values[src[1]], values[src[2]] if len(src) > 2 else None)
+                gated = len(src) > 2
+                values[pc] = _Ref(mem, values[src[1]], values[src[2]] if gated else None, dt.base.count if isinstance(dt, PtrDType) else mem.k,
+                                  gated and prog[src[2]][1].count > 1)
             elif op is Ops.LOAD: values[pc] = self._load(values[src[0]], dt, npdt[pc], ln, mask, pc)
             elif op is Ops.STORE: self._store(values[src[0]], values[src[1]], prog[src[1]][1], ln, mask, pc)
             elif op is Ops.RANGE:
@@ -490,16 +496,16 @@ class PythonProgram:
         if not m.any(): return False
         return None if m.all() else m
 
-    def _check(self, mem: _Mem, ix: np.ndarray, c: int, lanes: np.ndarray | None, pc: int) -> None:
+    def _check(self, mem: _Mem, ix: np.ndarray, c: int, lanes: np.ndarray | None, pc: int, k: int) -> None:
         """``ix``: element indexes (int64) of the accessing lanes; each touches scalars [ix*k, ix*k+c)."""
         if ix.size == 0: return
         lo, hi = int(ix.min()), int(ix.max())
-        if lo >= 0 and hi * mem.k + c <= mem.n: return
-        bad = int(np.flatnonzero((ix < 0) | (ix * mem.k + c > mem.n))[0])
+        if lo >= 0 and hi * k + c <= mem.n: return
+        bad = int(np.flatnonzero((ix < 0) | (ix * k + c > mem.n))[0])
         lane = bad if lanes is None else int(lanes[bad])
-        size = mem.n // mem.k
+        size = mem.n // k
         raise IndexError(f"kernel {self.name}: out of bounds access to {mem.name} at index {int(ix.flat[bad])}"
-                         f"{f' (width {c})' if c > mem.k else ''}, valid is [0, {size}) (lane {lane}, uop {pc})")
+                         f"{f' (width {c})' if c > k else ''}, valid is [0, {size}) (lane {lane}, uop {pc})")
 
     def _addresses(self, ref: _Ref, c: int, ln: _Launch, mask: Any, pc: int) -> tuple:
         """(lanes or None, row index or None, flat scalar index) for the accessing lanes."""
@@ -507,8 +513,8 @@ class PythonProgram:
         idx = np.broadcast_to(np.asarray(ref.idx).astype(np.int64, copy=False), (ln.lanes,))
         lanes = None if mask is None else np.flatnonzero(mask)
         ix = idx if lanes is None else idx[lanes]
-        self._check(mem, ix, c, lanes, pc)
-        flat = ix * mem.k if mem.k != 1 else ix
+        self._check(mem, ix, c, lanes, pc, ref.k)
+        flat = ix * ref.k if ref.k != 1 else ix
         if c > 1: flat = flat[:, None] + np.arange(c)
         rows = None
         if mem.rows is not None:
@@ -516,17 +522,38 @@ class PythonProgram:
             if c > 1: rows = rows[:, None]
         return lanes, rows, flat
 
+    def _gated_elements(self, ref: _Ref, c: int, ln: _Launch, mask: Any, pc: int) -> tuple:
+        """(lanes, elements, rows or None, flat scalar index) of the elements a vector access under a per-element
+        gate touches: those whose gate bit and lane are on. They must be in bounds; the others may point anywhere."""
+        mem = ref.mem
+        on = np.broadcast_to(np.asarray(ref.gate, np.bool_), (ln.lanes, c))
+        if mask is not None: on = on & np.asarray(mask, np.bool_)[:, None]
+        lanes, elements = np.nonzero(on)
+        index = np.broadcast_to(np.asarray(ref.idx).astype(np.int64, copy=False), (ln.lanes,))[lanes]
+        flat = index * ref.k + elements
+        if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= mem.n):
+            bad = int(np.flatnonzero((flat < 0) | (flat >= mem.n))[0])
+            raise IndexError(f"kernel {self.name}: out of bounds access to {mem.name} at scalar {int(flat[bad])} (element "
+                             f"{int(elements[bad])} of a gated vector), valid is [0, {mem.n}) (lane {int(lanes[bad])}, uop {pc})")
+        rows = None if mem.rows is None else mem.rows[lanes]
+        return lanes, elements, rows, flat
+
     def _load(self, ref: Any, dt: DType, npdt: np.dtype, ln: _Launch, mask: Any, pc: int) -> Any:
         if not isinstance(ref, _Ref): raise TypeError(f"kernel {self.name}: LOAD at {pc} is not from an INDEX")
         mem, c = ref.mem, dt.count
         tail = (c,) if c > 1 else ()
+        if ref.vector_gate:   # each element on its own: off elements read 0 and touch no memory
+            lanes, elements, rows, flat = self._gated_elements(ref, c, ln, mask, pc)
+            out = np.zeros((ln.lanes, c), npdt)
+            out[lanes, elements] = mem.arr[flat] if rows is None else mem.arr[rows, flat]
+            return out
         m = self._eff_mask(mask, ref.gate)
         if m is False: return np.zeros(tail, npdt) if c > 1 else npdt.type(0)
         if mem.writer is not None: self._check_race(mem, ref, c, ln, m, pc)
         if m is None and np.ndim(ref.idx) == 0:  # uniform address
             i = int(ref.idx)
-            self._check(mem, np.array([i]), c, None, pc)
-            s = slice(i * mem.k, i * mem.k + c) if c > 1 else i * mem.k
+            self._check(mem, np.array([i]), c, None, pc, ref.k)
+            s = slice(i * ref.k, i * ref.k + c) if c > 1 else i * ref.k
             if mem.rows is None: return np.array(mem.arr[s], npdt) if c > 1 else npdt.type(mem.arr[s])
             if mem.rows is ln.lane_ids: return np.array(mem.arr[:, s], npdt)
             return np.array(mem.arr[mem.rows, s], npdt)
@@ -553,10 +580,17 @@ class PythonProgram:
     def _store(self, ref: Any, val: Any, vdt: DType, ln: _Launch, mask: Any, pc: int) -> None:
         if not isinstance(ref, _Ref): raise TypeError(f"kernel {self.name}: STORE at {pc} is not to an INDEX")
         mem, c = ref.mem, vdt.count
-        m = self._eff_mask(mask, ref.gate)
-        if m is False: return
         val = np.asarray(val)
         if val.dtype != mem.arr.dtype: val = val.astype(mem.arr.dtype)
+        if ref.vector_gate:   # each element on its own: off elements write nothing
+            if mem.writer is not None: raise NotImplementedError(f"kernel {self.name}: gated vector store to local memory (uop {pc})")
+            lanes, elements, rows, flat = self._gated_elements(ref, c, ln, mask, pc)
+            chosen = np.broadcast_to(val, (ln.lanes, c))[lanes, elements]
+            if rows is None: mem.arr[flat] = chosen
+            else: mem.arr[rows, flat] = chosen
+            return
+        m = self._eff_mask(mask, ref.gate)
+        if m is False: return
         per_lane = val.ndim > (1 if c > 1 else 0)
         if mem.writer is not None:  # remember who wrote, for the race check of later loads
             lanes, rows, flat = self._addresses(ref, c, ln, m, pc)
@@ -565,8 +599,8 @@ class PythonProgram:
             mem.epoch[rows, flat] = ln.epoch
         if m is None and np.ndim(ref.idx) == 0:  # uniform address
             i = int(ref.idx)
-            self._check(mem, np.array([i]), c, None, pc)
-            s = slice(i * mem.k, i * mem.k + c) if c > 1 else i * mem.k
+            self._check(mem, np.array([i]), c, None, pc, ref.k)
+            s = slice(i * ref.k, i * ref.k + c) if c > 1 else i * ref.k
             if mem.rows is None: mem.arr[s] = val[-1] if per_lane else val  # every lane writes here: the last one wins
             elif mem.rows is ln.lane_ids: mem.arr[:, s] = val
             else: mem.arr[mem.rows, s] = val
