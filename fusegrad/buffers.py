@@ -21,8 +21,10 @@ _buffer_ids = itertools.count()
 
 def new_buffer_uop(device: str, size, dtype) -> UOp:
     """A fresh BUFFER node (each call is a distinct buffer). A symbolic size allocates its maximum."""
-    if isinstance(size, UOp): size = int(size.vmax)
-    return UOp(Ops.BUFFER, dtypes.concrete(dtype), (), (next(_buffer_ids), device, max(size, 1)))
+    if type(size) is not int and isinstance(size, UOp): size = int(size.vmax)
+    # (dtypes.concrete inlined: dtypes are interned, and this runs for the output of every eager op)
+    if dtype is dtypes.weakint or dtype is dtypes.weakfloat: dtype = dtypes.concrete(dtype)
+    return UOp(Ops.BUFFER, dtype, (), (next(_buffer_ids), device, size if size > 1 else 1))
 
 def buffer_of(buffer_uop: UOp) -> Buffer:
     """The ``Buffer`` object for a BUFFER uop, created (unallocated) on first use."""

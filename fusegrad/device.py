@@ -76,7 +76,7 @@ class Allocator:
             self.free_cache()
             return self._alloc(size, options)
     def free(self, opaque: Any, size: int, options: Any = None) -> None:
-        if LRU and not (options is not None and getattr(options, "nolru", False)):
+        if LRU.value and not (options is not None and getattr(options, "nolru", False)):   # (.value: no __bool__ call per free)
             self.cache.setdefault((size, options), []).append(opaque)
         else: self._free(opaque, options)
     def free_cache(self) -> None:
@@ -149,26 +149,28 @@ class Buffer:
     def nbytes(self) -> int: return self.size * self.dtype.itemsize
     def is_allocated(self) -> bool: return hasattr(self, "_buf")
     def ensure_allocated(self) -> "Buffer": return self if self.is_allocated() else self.allocate()
+    # allocate and deallocate run for the output of every eager op: plain reads, each computed value read once
     def allocate(self, opaque: Any = None) -> "Buffer":
-        if self.is_allocated(): raise RuntimeError("buffer is already allocated")
-        self.allocator = Device[self.device].allocator
+        if hasattr(self, "_buf"): raise RuntimeError("buffer is already allocated")
+        self.allocator = allocator = Device[self.device].allocator
         if self._base is not None:
             self._base.ensure_allocated()
-            self._buf = self.allocator._offset(self._base._buf, self.nbytes, self.offset)
+            self._buf = allocator._offset(self._base._buf, self.nbytes, self.offset)
+        elif opaque is not None: self._buf, self._owns = opaque, False
         else:
-            self._buf = opaque if opaque is not None else self.allocator.alloc(max(self.nbytes, 1), self.options)
-            if opaque is None:
-                GlobalCounters.mem_used += self.nbytes
-                GlobalCounters.mem_used_per_device[self.device] += self.nbytes
-                GlobalCounters.mem_high_water = max(GlobalCounters.mem_high_water, GlobalCounters.mem_used)
-            self._owns = opaque is None
+            nbytes = self.size * self.dtype.itemsize
+            self._buf, self._owns = allocator.alloc(nbytes if nbytes > 1 else 1, self.options), True
+            used = GlobalCounters.mem_used = GlobalCounters.mem_used + nbytes
+            GlobalCounters.mem_used_per_device[self.device] += nbytes
+            if used > GlobalCounters.mem_high_water: GlobalCounters.mem_high_water = used
         return self
     def deallocate(self) -> None:
-        if not self.is_allocated(): return
-        if self._base is None and getattr(self, "_owns", False):
-            GlobalCounters.mem_used -= self.nbytes
-            GlobalCounters.mem_used_per_device[self.device] -= self.nbytes
-            self.allocator.free(self._buf, max(self.nbytes, 1), self.options)
+        if not hasattr(self, "_buf"): return
+        if self._base is None and self.__dict__.get("_owns", False):
+            nbytes = self.size * self.dtype.itemsize
+            GlobalCounters.mem_used -= nbytes
+            GlobalCounters.mem_used_per_device[self.device] -= nbytes
+            self.allocator.free(self._buf, nbytes if nbytes > 1 else 1, self.options)
         del self._buf
     def __del__(self) -> None:
         try: self.deallocate()

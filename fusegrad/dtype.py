@@ -11,16 +11,31 @@ dtypes.int16
 True
 """
 from __future__ import annotations
-import functools, math, struct
+import functools, math, struct, threading, weakref
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Final
 
 ConstType = float | int | bool
 
+# fields -> the live dtype with them (weak: a dtype nothing uses any more, such as a pointer of a one-off size, goes)
+_INTERNED_DTYPES: "weakref.WeakValueDictionary[tuple, DType]" = weakref.WeakValueDictionary()
+_INTERN_LOCK = threading.Lock()
+
+class _InternedDType(type):
+    """Constructing a DType (or PtrDType, ImageDType) returns the existing instance with the same fields, if one is
+    alive. Equal dtypes are then one object, so DType keeps object's identity ``==`` and ``hash``: both are C slots,
+    where a Python ``__hash__`` ran on every UOp built (its interning key holds the dtype) and every dict lookup."""
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        created = super().__call__(*args, **kwargs)
+        # (locked: two threads building the same dtype must get one object, or they would compare unequal)
+        with _INTERN_LOCK: return _INTERNED_DTYPES.setdefault(created._fields(), created)
+
 @dataclass(frozen=True, eq=False)
-class DType:
-    """One scalar or vector type. ``dtypes.float32.vec(4)`` is a float4 used by vectorized code."""
+class DType(metaclass=_InternedDType):
+    """One scalar or vector type. ``dtypes.float32.vec(4)`` is a float4 used by vectorized code.
+
+    Instances are interned (``_InternedDType``): ``==`` and ``hash`` are identity, which is field equality."""
     priority: int
     itemsize: int
     name: str
@@ -28,17 +43,10 @@ class DType:
     count: int = 1
     _scalar: "DType | None" = None
 
-    # dtypes are compared and hashed constantly: precompute a key instead of comparing fields
+    # the interning key: every field, and the class (a PtrDType never equals the DType it points to)
     def _fields(self) -> tuple: return (type(self).__name__, self.priority, self.itemsize, self.name, self.fmt, self.count, self._scalar)
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_key", self._fields())
-        object.__setattr__(self, "_hash", hash(self._key))
-    def __hash__(self) -> int: return self._hash  # type: ignore[attr-defined]
-    def __eq__(self, other: object) -> bool:
-        return self is other or (isinstance(other, DType) and self._hash == other._hash and self._key == other._key)  # type: ignore[attr-defined]
-    def __ne__(self, other: object) -> bool: return not self.__eq__(other)
     def __reduce__(self):
-        # rebuild through __init__: the cached hash of strings differs between processes
+        # rebuild through the constructor: it returns the live (interned) dtype of the loading process
         return type(self), tuple(getattr(self, f.name) for f in dataclasses.fields(self))
 
     def __repr__(self) -> str:

@@ -17,7 +17,7 @@ buffer into it (``differentiation_order``); forward values are read from the buf
 [4.0, 6.0]
 """
 from __future__ import annotations
-import itertools, math, weakref
+import itertools, math
 from fusegrad.dtype import dtypes, sum_acc_dtype
 from fusegrad.helpers import argsort
 from fusegrad.uop.ops import UOp, Ops, UPat, PatternMatcher, GroupOp
@@ -115,15 +115,17 @@ def _product_gradient(ret: UOp, grad: UOp, src: UOp, axes: tuple[int, ...]) -> U
 
 # ---------------------------------------------------------------- graphs behind realized buffers
 
-# A realized BUFFER uop -> the lazy graph whose value it holds (shaped like the tensor it replaced).
-# Realizing a tensor swaps its graph for a buffer; this keeps the way back so gradients still flow.
-# Weak keys: an origin lives exactly as long as its buffer uop is referenced (by a tensor or by
-# another origin), so dropping the tensor frees the graph. See docs/decisions.md (Autograd).
-_ORIGINS: "weakref.WeakKeyDictionary[UOp, UOp]" = weakref.WeakKeyDictionary()
+# A realized BUFFER (or MULTI) uop -> the lazy graph whose value it holds (shaped like the tensor it
+# replaced). Realizing a tensor swaps its graph for a buffer; this keeps the way back so gradients
+# still flow. The graph is stored on the buffer uop itself (its ``__dict__``, under ``_ORIGIN``): an
+# origin lives exactly as long as its buffer uop is referenced (by a tensor or by another origin), so
+# dropping the tensor frees the graph. (A WeakKeyDictionary did the same, but made, looked up and
+# dropped a weak reference with a callback per buffer: ~1 us of every eager op.) See docs/decisions.md (Autograd).
+_ORIGIN = "_origin"
 
 def origin_of(buffer: UOp) -> UOp | None:
     """The lazy graph a realized BUFFER uop was computed from, if it was kept for autograd."""
-    return _ORIGINS.get(buffer) if buffer.op in (Ops.BUFFER, Ops.MULTI) else None
+    return buffer.__dict__.get(_ORIGIN) if buffer.op in (Ops.BUFFER, Ops.MULTI) else None
 
 def _is_new_buffer_view(node: UOp, new: UOp, seen: dict, shape: tuple | None = None) -> bool:
     """Does ``node`` now live in a buffer this schedule created (not an assign target, a constant or
@@ -162,6 +164,8 @@ def record_origins(becomes: dict[UOp, UOp], graphs: list[UOp], grad_leaves: set[
     through the origins of the buffers an origin reads. Only buffers that ``live`` reaches (directly
     or through other origins) are kept: the rest are scratch space for the memory planner.
     Returns the new origins: their buffers must not be planned as scratch."""
+    if len(graphs) == 1 and len(becomes) == 1 and (root := graphs[0]) in becomes and root.op is not Ops.CUSTOM:
+        return _record_root_origin(root, becomes[root], grad_leaves, value_leaves, live)
     reaches: dict[UOp, bool] = {}      # old node -> does a gradient from it reach a grad leaf?
     reaches_value: dict[UOp, bool] = {}   # old node -> ... or a value leaf, or a realized graph?
     replaced: dict[UOp, UOp] = {}      # old node -> the buffer view it became (what UOp.substitute(becomes) puts there)
@@ -176,7 +180,7 @@ def record_origins(becomes: dict[UOp, UOp], graphs: list[UOp], grad_leaves: set[
         for node in graph.toposort:
             if node in reaches: continue
             op, src = node.op, node.src
-            grad_reach = op is buffer_op and node in _ORIGINS
+            grad_reach = op is buffer_op and _ORIGIN in node.__dict__
             value_reach = grad_reach
             if src and op is not detach_op:
                 for s in src:
@@ -204,8 +208,40 @@ def record_origins(becomes: dict[UOp, UOp], graphs: list[UOp], grad_leaves: set[
     # the common case, every new buffer held by a live tensor itself, needs no walk to know they are all kept
     live_buffers = {u.base for u in live}
     kept = candidates if all(b in live_buffers for b in candidates) else _reachable(live, candidates)
-    _ORIGINS.update(kept)
+    for buffer, origin in kept.items(): buffer.__dict__[_ORIGIN] = origin
     return list(kept.values())
+
+def _record_root_origin(root: UOp, new: UOp, grad_leaves: set[UOp], value_leaves: set[UOp], live: list[UOp]) -> list[UOp]:
+    """record_origins when the schedule changed one graph, ``root``, into ``new`` and nothing under it: an eager op.
+
+    What the general walk decides, from one search that stops at the first leaf it meets instead of
+    a reach flag per node. With only the root replaced, its substituted graph is the root itself, so
+    the origin is ``root`` whether it reaches a grad leaf or only a value leaf (which counts for a
+    float root only)."""
+    seen = root.toposort   # (the old graph: _views_existing_buffers and _is_new_buffer_view ask "was it there?")
+    if _views_existing_buffers(new, seen) or not _is_new_buffer_view(root, new, seen): return []
+    if not _reaches_leaf(root, grad_leaves, value_leaves if dtypes.is_float(root.dtype) else ()): return []
+    if new.base not in {u.base for u in live}:   # kept only when a live tensor reaches it (see record_origins)
+        if not _reachable(live, {new.base: root}): return []
+    new.base.__dict__[_ORIGIN] = root
+    return [root]
+
+def _reaches_leaf(root: UOp, grad_leaves: set[UOp], value_leaves) -> bool:
+    """Does a gradient from ``root`` reach one of ``grad_leaves`` or ``value_leaves``, or a buffer with an origin,
+    other than through DETACH? (record_origins' reach flags for one node, found depth first.)"""
+    buffer_op, detach_op = Ops.BUFFER, Ops.DETACH   # (locals: each Ops.X is a slow class lookup on Python 3.11)
+    stack, visited = [root], {root}
+    while stack:
+        node = stack.pop()
+        op = node.op
+        if op is buffer_op and _ORIGIN in node.__dict__: return True
+        if op is detach_op: continue
+        for s in node.src:
+            if s in grad_leaves or s in value_leaves: return True
+            if s not in visited:
+                visited.add(s)
+                stack.append(s)
+    return False
 
 def _without(buffer: UOp, node: UOp, substitute: "_Substitution") -> UOp:
     """``node`` substituted, unless that reads ``buffer`` (an explicit gradient's coefficient computed from

@@ -361,10 +361,13 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
 
     def _schedule(self, *others: "Tensor") -> tuple[list[ScheduleItem], list[UOp]]:
         """schedule(), also returning the graphs kept for autograd (see _apply_becomes)."""
-        tensors = [self, *others]
-        pending = [t for t in tensors if not t._is_realized()]
-        if not pending: return [], []
-        roots = list(dict.fromkeys(t.uop for t in pending))
+        if not others:   # (the eager case: one tensor, no list and dict built to find its roots)
+            if _is_realized_uop(self.uop): return [], []
+            roots = [self.uop]
+        else:
+            pending = [t for t in (self, *others) if not t._is_realized()]
+            if not pending: return [], []
+            roots = list(dict.fromkeys(t.uop for t in pending))
         items, becomes = create_schedule(roots)
         return items, _apply_becomes(becomes)
 
@@ -1048,7 +1051,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
 
     # ---------------------------------------------------------------- graph building helpers
     def _apply(self, op: Ops, *srcs: "Tensor", arg: Any = None, dtype: DType | None = None) -> "Tensor":
-        uop = UOp(op, dtype or self.dtype, (self.uop,) + tuple(s.uop for s in srcs), arg)
+        uop = UOp(op, dtype or self.uop.dtype, (self.uop, *[s.uop for s in srcs]), arg)
         return Tensor(uop, requires_grad=self._grad_flag(*srcs))
     def _grad_flag(self, *srcs: "Tensor") -> bool | None:
         # True if any operand requires grad, else None if any is undecided, else False (one plain
@@ -1068,7 +1071,8 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return Tensor(UOp.const(dtype or dtypes.from_py(x), x, self.device, ()), requires_grad=False)
     def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True) -> tuple["Tensor", "Tensor"]:
         x: Tensor = self
-        if match_dtype and type(y) in (int, float) and (scalar := x._broadcast_scalar(y)) is not None:
+        if match_dtype and type(y) in (int, float) and (operand := x._broadcast_scalar(y)) is not None:
+            scalar = Tensor(operand, requires_grad=False)
             return (scalar, x) if reverse else (x, scalar)
         if not isinstance(y, Tensor):
             y = x._to_tensor(y)
@@ -1084,11 +1088,11 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if reverse: x, y = y, x
         shape = _broadcast_shape(x.shape, y.shape)
         return x._broadcast_to(shape), y._broadcast_to(shape)
-    def _broadcast_scalar(self, value: int | float) -> "Tensor | None":
+    def _broadcast_scalar(self, value: int | float) -> UOp | None:
         """A Python number as the other operand of an op with this tensor, when the number adopts this
-        tensor's dtype: the same UOps the general path builds (_to_tensor, cast, reshape, expand),
-        without its four intermediate Tensors, which were most of an eager ``x + 1``'s graph building.
-        None when the general path is needed (the dtype changes; a multi-device or DISK tensor)."""
+        tensor's dtype: the UOp of the same graph the general path builds (_to_tensor, cast, reshape,
+        expand), without its four intermediate Tensors, which were most of an eager ``x + 1``'s graph
+        building. None when the general path is needed (the dtype changes; a multi-device or DISK tensor)."""
         uop = self.uop
         device, dtype, shape = uop.device, uop.dtype, uop.shape
         # a float by its bits: 0.0 and -0.0 (equal, with one hash) are different constants
@@ -1106,7 +1110,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
                 if shape != ones: operand = UOp(Ops.EXPAND, dtype, (operand,), shape)
             if len(_SCALAR_OPERANDS) >= _SCALAR_OPERANDS_SIZE: _SCALAR_OPERANDS.pop(next(iter(_SCALAR_OPERANDS)))
             _SCALAR_OPERANDS[key] = operand
-        return Tensor(operand, requires_grad=False)
+        return operand
     def _broadcast_to(self, shape: tuple) -> "Tensor":
         if self.shape == shape: return self
         if self.ndim > len(shape): raise ValueError(f"cannot broadcast {self.shape} to {shape}")
@@ -1116,6 +1120,14 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return self.reshape(padded).expand(shape)
 
     def _binary(self, op: Ops, y: Any, reverse: bool = False) -> "Tensor":
+        if type(y) in (int, float) and (operand := self._broadcast_scalar(y)) is not None:
+            # what the general path below builds (the literal has this tensor's dtype and shape), without a Tensor
+            # for the literal: an eager ``x + 1`` builds one Tensor and one UOp
+            uop, flag = self.uop, self.requires_grad
+            if uop.dtype is dtypes.bool and (op is Ops.ADD or op is Ops.MUL): op = Ops.OR if op is Ops.ADD else Ops.AND
+            # (the literal needs no gradient: the result's flag is this tensor's, as _grad_flag gives)
+            return Tensor(UOp(op, uop.dtype, (operand, uop) if reverse else (uop, operand)),
+                          requires_grad=True if flag is True else None if flag is None else False)
         x, y = self._broadcasted(y, reverse)
         # bool + bool is OR and bool * bool is AND (tinygrad's values): C would count, True + True = 2 in a fused cast
         if x.dtype == dtypes.bool and op in (Ops.ADD, Ops.MUL): op = Ops.OR if op is Ops.ADD else Ops.AND
@@ -1928,17 +1940,17 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return (self <= 0).where(self._const(0), self) if self.dtype != dtypes.bool else self
     def sigmoid(self) -> "Tensor":
         """1 / (1 + e**-x), computed so neither the value nor the gradient overflows: each side
-        of x = 0 uses the form whose exponential is at most 1 (the other side gets a harmless 0
-        input, so no 0*inf reaches the gradient).
+        of x = 0 uses the form whose exponential is at most 1, so one exponential e = e**-|x| serves
+        both (1 / (1 + e) for x >= 0, e / (1 + e) below; -|x| is built with a where so its slope at
+        0 is -1, the side 1 / (1 + e) uses there).
 
         >>> Tensor([0.0]).sigmoid().tolist()
         [0.5]
         """
         x = self._widened()
         positive = x >= 0
-        e_pos = (-positive.where(x, 0)).exp()        # e**-x for x >= 0
-        e_neg = (positive.where(0, x)).exp()         # e**x for x < 0
-        return positive.where(1 / (1 + e_pos), e_neg / (1 + e_neg)).cast(x._narrow_dtype(self))
+        e = positive.where(-x, x).exp()   # e**-x for x >= 0, e**x below: at most 1
+        return positive.where(1 / (1 + e), e / (1 + e)).cast(x._narrow_dtype(self))
     def logsigmoid(self) -> "Tensor":
         """log(sigmoid(x)), computed stably.
 
@@ -2799,7 +2811,15 @@ def _keep_tensor_views(becomes: dict[UOp, UOp], tensor_uops: list[UOp]) -> dict[
     with it the gradient through those graphs: autograd keys leaves by node."""
     # the buffers the schedule mapped a (non-assign) graph to: only their holders matter, and the
     # tensor scan below looks only for those (it runs on every realize, over every live tensor)
-    wanted = {new.base for node, new in becomes.items() if node.op is not Ops.ASSIGN and new.base.op is Ops.BUFFER}
+    wanted: set[UOp] = set()
+    assign_op, buffer_op = Ops.ASSIGN, Ops.BUFFER
+    for node, new in becomes.items():
+        if node.op is assign_op or (base := new.base).op is not buffer_op: continue
+        # a buffer the graph doesn't contain (one this schedule made: an eager op's output) has no holder the graph
+        # reaches (_holder_reached below), so it needs no scan of the live tensors. (Asked only where the graph's
+        # walk is cached, as it is for every root: walking each realized intermediate here would cost more.)
+        if (ancestors := node.__dict__.get("_ancestors")) is not None and base not in ancestors: continue
+        wanted.add(base)
     if not wanted: return becomes
     holders: dict[UOp, set[UOp]] = {}    # BUFFER -> the live tensors' reshapes of it
     reshape = Ops.RESHAPE   # (a local: an Ops member lookup is a slow class attribute on Python 3.11)

@@ -243,3 +243,26 @@ def test_dtypes_unpickle_in_another_process():
             "assert got == want and [hash(g) for g in got] == [hash(w) for w in want] and got[0] in {dtypes.float32: 1}, got")
     result = subprocess.run([sys.executable, "-c", code], input=payload, capture_output=True, env={**__import__('os').environ, "PYTHONHASHSEED": "123"})
     assert result.returncode == 0, result.stderr.decode()
+
+def test_dtypes_are_interned():
+    # constructing a dtype returns the live one with the same fields, so == and hash are identity (cheap C slots)
+    import copy, gc, pickle
+    from fusegrad.dtype import DType, PtrDType, _INTERNED_DTYPES
+    assert DType(13, 4, "float", "f") is dtypes.float32 and DType.new(11, 16, "half", "e") is dtypes.half
+    assert dtypes.int32.vec(4) is DType(5, 16, "int4", None, 4, dtypes.int32)
+    assert dtypes.float32.ptr(8) is dtypes.float32.ptr(8) and dtypes.float32.ptr(8, local=True) is dtypes.float32.ptr(8, True)
+    assert dtypes.float32.ptr(8) != dtypes.float32.ptr(9) and dtypes.float32.ptr(8) != dtypes.float32.ptr(8, local=True)
+    for dtype in (dtypes.bfloat16, dtypes.float32.ptr(16), dtypes.uint8.vec(2)):
+        assert pickle.loads(pickle.dumps(dtype)) is dtype and copy.deepcopy(dtype) is dtype and copy.copy(dtype) is dtype
+    # a pointer and a DType with the same leading fields, or fields that differ only in name, are different types
+    assert PtrDType(13, 4, "float", "f", 1, None, dtypes.float32) is not dtypes.float32
+    assert dtypes.fp8e4m3 != dtypes.fp8e4m3fnuz and len({dtypes.fp8e4m3, dtypes.fp8e4m3fnuz, dtypes.float32}) == 3
+    # comparing with anything else is False both ways, as before
+    assert dtypes.float32 != "float" and "float" != dtypes.float32 and not (dtypes.float32 == np.dtype("float32"))
+    # the table is weak: a dtype nobody uses any more leaves it
+    key = ("PtrDType", 13, 4, "float", "f", 1, None, dtypes.float32, False, 987654321)
+    one_off = dtypes.float32.ptr(987654321)
+    assert _INTERNED_DTYPES[key] is one_off
+    del one_off
+    gc.collect()
+    assert key not in _INTERNED_DTYPES

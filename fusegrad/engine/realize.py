@@ -129,9 +129,9 @@ class ExecItem:
 def _update_stats(prg: Runner, var_vals: dict[UOp, int], elapsed: float | None, nbufs: int) -> None:
     ops = sym_infer(prg.op_estimate, var_vals) if var_vals else prg.op_estimate
     mem = sym_infer(prg.mem_estimate, var_vals) if var_vals else prg.mem_estimate
-    GlobalCounters.kernel_count += 1 if isinstance(prg, CompiledRunner) else 0
-    GlobalCounters.global_ops += int(ops) if isinstance(ops, int) else 0
-    GlobalCounters.global_mem += int(mem) if isinstance(mem, int) else 0
+    if isinstance(prg, CompiledRunner): GlobalCounters.kernel_count += 1
+    if isinstance(ops, int): GlobalCounters.global_ops += int(ops)
+    if isinstance(mem, int): GlobalCounters.global_mem += int(mem)
     if elapsed is None: return
     GlobalCounters.time_sum_s += elapsed
     if DEBUG.value >= 2: kernel_times[ansistrip(prg.display_name).strip()].append(elapsed)
@@ -261,11 +261,12 @@ def _balanced(items: list[tuple[tuple, ProgramSpec]], parts: int) -> list[list[t
 
 def run_schedule(schedule: list, var_vals: dict[UOp, int] | None = None, do_update_stats: bool = True) -> None:
     """Run every item in order."""
-    if DEBUG >= 1 and schedule: print(f"realize: running {len(schedule)} kernel{'s' if len(schedule) != 1 else ''}")
-    if VIZ and schedule:
+    # (flags read through .value: comparing or testing the ContextVar itself is a Python call, on every eager op)
+    if DEBUG.value >= 1 and schedule: print(f"realize: running {len(schedule)} kernel{'s' if len(schedule) != 1 else ''}")
+    if VIZ.value and schedule:
         from fusegrad.viz import trace
         trace.record_schedule(schedule)
-    precompile(schedule)
+    if len(schedule) > 1: precompile(schedule)   # (one item: nothing to compile in parallel)
     for item in schedule:
         exec_item = lower_schedule_item(item)
         for hook in capturing: hook(exec_item)

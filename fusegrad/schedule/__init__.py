@@ -328,9 +328,11 @@ class _Template:
     order the key was built in) followed by the buffers this schedule creates. Reference i < len(order)
     is the BUFFER at position i of the toposort; i = len(order) + k is the k-th new buffer."""
     items: list[tuple]          # (ast, buffer refs, var_vals, raw-read refs, assign refs) per item
-    realized: list[tuple[int, int]]   # (toposort position of a realized node, ref of its buffer)
     new_buffers: list[tuple]    # (device, size, dtype) of each new buffer
-    roots: list[tuple]          # what each root becomes: ("same",), ("buffer", ref), ("view", ref, movement ops) or ("const", uop)
+    # what ``becomes`` maps, in its order: (toposort position, buffer ref, None) for a node that is a view of a
+    # buffer with the node's shape, (position, buffer ref, movement ops) for a root that is another view of one,
+    # and (position, None, uop) for a root that folded to a constant
+    becomes: list[tuple]
 
 SCHEDULE_CACHE: dict[tuple, _Template] = {}
 SCHEDULE_CACHE_SIZE = 256
@@ -352,7 +354,8 @@ def _structure_key(roots: list[UOp]) -> tuple[tuple, list[UOp]]:
     else:
         sink = UOp(Ops.SINK, dtypes.void, tuple(roots))
         order = [*sink._ancestors, sink]
-    position = {u: i for i, u in enumerate(order)}
+    # (C-level builders: a comprehension is a Python frame of its own on 3.11, one per node for the sources)
+    position_of = dict(zip(order, range(len(order)))).__getitem__
     const_op, buffer_op = Ops.CONST, Ops.BUFFER   # (locals: each Ops.X is a slow class lookup on Python 3.11)
     key: list = []
     for u in order:
@@ -362,25 +365,34 @@ def _structure_key(roots: list[UOp]) -> tuple[tuple, list[UOp]]:
         # the cached key keeps the node alive for the next lookup to find
         if op is const_op: key.append(u)
         elif op is buffer_op: key.append((u.dtype, u.arg[1], u.arg[2]))
-        else: key.append((op, u.dtype, u.arg, tuple([position[s] for s in u.src])))
+        else: key.append((op, u.dtype, u.arg, tuple(map(position_of, u.src))))
     return tuple(key), order
 
+_EMPTY: frozenset = frozenset()
+
+def _schedule_item(ast: UOp, buffer_uops: tuple, var_vals: tuple, raw_reads: frozenset, assigns: tuple) -> ScheduleItem:
+    """``ScheduleItem(...)`` for a cache hit: the frozen dataclass's generated ``__init__`` sets each field through
+    ``object.__setattr__`` (~0.4 us more per item of every eager op); this fills the same fields directly."""
+    item = object.__new__(ScheduleItem)
+    fields = item.__dict__
+    fields["ast"], fields["buffer_uops"], fields["var_vals"], fields["raw_reads"], fields["assigns"] = ast, buffer_uops, var_vals, raw_reads, assigns
+    return item
+
 def _from_template(template: _Template, order: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-    pool = order + [new_buffer_uop(*spec) for spec in template.new_buffers]
-    items = [ScheduleItem(ast, tuple([pool[r] for r in refs]), var_vals, frozenset([pool[r] for r in raw]) if raw else frozenset(),
-                          tuple([pool[r] for r in assigns]) if assigns else ())
+    pool = order + [new_buffer_uop(*spec) for spec in template.new_buffers] if template.new_buffers else order
+    buffer_at = pool.__getitem__   # (map over it: no comprehension frame per item)
+    items = [_schedule_item(ast, tuple(map(buffer_at, refs)), var_vals, frozenset(map(buffer_at, raw)) if raw else _EMPTY,
+                            tuple(map(buffer_at, assigns)) if assigns else ())
              for ast, refs, var_vals, raw, assigns in template.items]
     becomes: dict[UOp, UOp] = {}
-    for index, ref in template.realized:
+    for index, ref, how in template.becomes:
         node = order[index]
-        becomes[node] = pool[ref].reshape(node.shape)
-    for root, result in zip(_roots_of(order), template.roots):
-        if result[0] == "buffer": becomes[root] = pool[result[1]].reshape(root.shape)
-        elif result[0] == "view":
-            view = pool[result[1]]
-            for op, arg in result[2]: view = UOp(op, view.dtype, (view,), arg)
-            becomes[root] = view
-        elif result[0] == "const": becomes[root] = result[1]
+        if how is None: becomes[node] = pool[ref].reshape(node.shape)
+        elif ref is None: becomes[node] = how   # a constant
+        else:
+            view = pool[ref]
+            for op, arg in how: view = UOp(op, view.dtype, (view,), arg)
+            becomes[node] = view
     return items, becomes
 
 def _roots_of(order: list[UOp]) -> tuple[UOp, ...]:
@@ -408,13 +420,18 @@ def _to_template(items: list[ScheduleItem], realized: dict[UOp, UOp], order: lis
         entries = [(item.ast, tuple(ref(b) for b in item.buffer_uops), item.var_vals, tuple(ref(b) for b in item.raw_reads),
                     tuple(ref(b) for b in item.assigns)) for item in items]
         # realized nodes that simplification changed aren't in the original graph: no live tensor has them
-        realized_refs = [(position[node], ref(buffer)) for node, buffer in realized.items() if node in position]
-        roots = [_root_result(root, becomes.get(root), ref) for root in _roots_of(order)]
+        plan: dict[int, tuple] = {position[node]: (ref(buffer), None) for node, buffer in realized.items() if node in position}
+        roots = [(root, _root_result(root, becomes.get(root), ref)) for root in _roots_of(order)]
     except KeyError: return None
-    if any(r is None for r in roots): return None
+    if any(result is None for _, result in roots): return None
+    # a root's entry follows the realized nodes' (a realized root keeps its place in the map, with the root's value)
+    for root, result in roots:
+        if result[0] == "buffer": plan[position[root]] = (result[1], None)
+        elif result[0] == "view": plan[position[root]] = (result[1], result[2])
+        elif result[0] == "const": plan[position[root]] = (None, result[1])
     specs = [None] * len(new_buffers)
     for b, k in new_buffers.items(): specs[k] = (b.arg[1], b.arg[2], b.dtype)
-    return _Template(entries, realized_refs, specs, roots)
+    return _Template(entries, specs, [(index, ref, how) for index, (ref, how) in plan.items()])
 
 def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     """Schedule the realization of ``roots``. Returns the items in run order and ``becomes``, a map
@@ -427,7 +444,7 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     # holds every op and device, so the hit can skip the has_multi walk; this path is eager dispatch)
     if (template := SCHEDULE_CACHE.get(key)) is not None:
         schedule_cache_stats.hits += 1
-        if not PROFILE: return _from_template(template, order)
+        if not PROFILE.value: return _from_template(template, order)   # (.value: testing the ContextVar is a Python call)
         from fusegrad.viz.profile import span
         with span("schedule (cached)", "schedule", roots=len(roots)): return _from_template(template, order)
     # multi-device tensors first become one single-device graph per shard (schedule/multi.py)

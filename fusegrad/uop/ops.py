@@ -119,12 +119,19 @@ def _arg_key(arg: Any) -> Any:
 class UOpMetaClass(type):
     cache: dict[tuple, weakref.ReferenceType] = {}
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = tuple(), arg: Any = None):
-        key = (op, dtype, src, _arg_key(arg))
-        if (ref := UOpMetaClass.cache.get(key)) is not None and (existing := ref()) is not None: return existing
-        created = super().__call__(op, dtype, src, arg)
-        UOpMetaClass.cache[key] = weakref.ref(created, lambda _, key=key: UOpMetaClass.cache.pop(key, None))
+        # every UOp built comes here (a few per eager op), so: an int, str or None arg is its own key without a
+        # call, the cache is a local, and a new node's fields are set here rather than through type.__call__,
+        # super() and __init__ (UOp.__init__ sets the same four fields; no subclass of UOp exists)
+        cache = _UOP_CACHE
+        kind = type(arg)
+        key = (op, dtype, src, arg if kind is int or kind is str or arg is None else _arg_key(arg))
+        if (ref := cache.get(key)) is not None and (existing := ref()) is not None: return existing
+        created = object.__new__(cls)
+        created.op, created.dtype, created.src, created.arg = op, dtype, src, arg
+        cache[key] = weakref.ref(created, lambda _, key=key: _UOP_CACHE.pop(key, None))
         return created
 
+_UOP_CACHE = UOpMetaClass.cache
 sint = "int | UOp"   # a size that may be symbolic
 
 class UOp(metaclass=UOpMetaClass):
