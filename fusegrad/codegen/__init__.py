@@ -92,7 +92,7 @@ def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Progr
     if options.vector_loops: ast = load_contiguous_lanes(ast)
     ast = narrow_index_dtype(ast)
     # innermost UPCAST loops as vector nodes, where the renderer has vector types
-    if options.vector_loops and options.vectorize: ast = vectorize_upcasts(ast, options.max_vector_bytes, options.vector_gathers)
+    if options.vector_loops and options.vectorize: ast = vectorize_upcasts(ast, options.max_vector_bytes, options.vector_gathers, options.vector_dtypes)
     if viz is not None: trace.stage("symbolic, contiguous loads, narrow indices, vectors", ast)
     uops = linearize(ast)
     present = {u.arg for u in uops if u.op is Ops.PARAM}

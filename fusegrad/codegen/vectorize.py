@@ -105,7 +105,7 @@ class _Loop:
         self.coef[u] = c
         return c
 
-    def analyze(self, gathers: str = "register_tiles") -> None:
+    def analyze(self, gathers: str = "register_tiles", target_dtypes: tuple | None = None) -> None:
         rng, varying = self.rng, self.varying
         # (the loop variable used as a value, by a gate's compare say, is the vector of lane numbers)
         if rng.dtype not in LANE_DTYPES and any(rng in u.src and u not in self.index_math and u.op not in (Ops.INDEX, Ops.LOAD, Ops.STORE)
@@ -117,6 +117,10 @@ class _Loop:
             if u.op in (Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.BARRIER, Ops.DEFINE_REG, Ops.DEFINE_LOCAL, Ops.SPECIAL, Ops.DEFINE_VAR):
                 raise _Reject(f"{u.op} in the body")
             if u not in varying or u in self.index_math: continue
+            # (the target's vector types: of a load, of a stored value, of an op and its operands)
+            if target_dtypes is not None and u.op is not Ops.INDEX:
+                values = [u] if u.op is Ops.LOAD else [u.src[1]] if u.op is Ops.STORE else [u, *u.src]
+                if any(x.dtype.scalar() not in target_dtypes for x in values): raise _Reject(f"the target has no vectors of {u.dtype}")
             if u.op is Ops.INDEX:
                 if u.src[0].op not in (Ops.PARAM, Ops.DEFINE_REG, Ops.DEFINE_LOCAL): raise _Reject(f"access to {u.src[0].op}")
                 if len(u.src) > 2 and u.src[0].op is Ops.DEFINE_REG: raise _Reject("gated register access")
@@ -247,15 +251,16 @@ def _candidate_loops(sink: UOp, max_lanes: int) -> list[_Loop]:
                    for u in inside for user in users.get(u, []))
     return [loop for loop in loops if leaves_cleanly(loop)]
 
-def vectorize_upcasts(sink: UOp, max_vector_bytes: int = 64, gathers: str = "register_tiles") -> UOp:
+def vectorize_upcasts(sink: UOp, max_vector_bytes: int = 64, gathers: str = "register_tiles", target_dtypes: tuple | None = None) -> UOp:
     """Rewrite every qualifying innermost UPCAST loop of kernel ``sink`` (after lowering, before linearize) into
     vector nodes (see module doc). The loop's RANGE disappears: the ENDs (or the SINK) that collected its stores
-    collect the vector stores instead. ``max_vector_bytes`` and ``gathers`` are the target's (``Renderer``)."""
+    collect the vector stores instead. ``max_vector_bytes``, ``gathers`` and ``target_dtypes`` (the scalar dtypes
+    whose vectors it takes, None for all) are the target's (``Renderer``)."""
     max_lanes = max_vector_bytes // 4
     loops: list[_Loop] = []
     for loop in _candidate_loops(sink, max_lanes):
         try:
-            loop.analyze(gathers)
+            loop.analyze(gathers, target_dtypes)
             # check the register slots divide by the lane count (with a throwaway builder)
             b = _Builder(loop, {})
             for _, index in loop.reg_accesses:

@@ -73,6 +73,7 @@ class RendererOptions:
     filling_outputs: int                # outputs below which a long reduce is split over a workgroup (GROUP)
     vector_loops: bool                  # innermost UPCAST loops become vector code (codegen/vectorize.py)
     vector_gathers: str                 # where lane-by-lane vectors (gathers, scatters) pay: "register_tiles", "always", "never"
+    vector_dtypes: tuple[DType, ...] | None   # scalar dtypes whose vectors the target takes (None: all vectorize.py makes)
     native_transcendentals: bool        # False: exp2/log2/sin are decomposed into polynomials
     gpu_heuristic: bool                 # workgroup defaults from codegen/opt/gpu_heuristic.py
     tensor_cores: tuple[TensorCore, ...]
@@ -110,6 +111,7 @@ class Renderer:
     # "register_tiles" only where the loop also works on a register tile, or its index isn't affine (measured on the
     # CPU: docs/decisions.md); "always"; "never" (such loops stay loops)
     vector_gathers: str = "register_tiles"
+    vector_dtypes: tuple[DType, ...] | None = None   # scalar dtypes whose vectors it takes; None: all codegen/vectorize.py makes
     native_transcendentals: bool = True   # False: exp2/log2/sin are decomposed into polynomials
     gpu_heuristic: bool = False      # workgroup renderers (OpenCL): codegen/opt/gpu_heuristic.py picks their opts
     tensor_cores: list[TensorCore] = []   # matrix instructions OptOps.TC may use (the first that matches)
@@ -134,7 +136,8 @@ class Renderer:
             local_max_threads=self.local_max_threads, shared_max=self.shared_max, max_vector_bytes=self.max_vector_bytes,
             vector_registers=self.vector_registers, scalar_accumulators=self.scalar_accumulators, stage_max_bytes=self.stage_max_bytes,
             workgroup_threads=self.workgroup_threads, thread_accumulators=self.thread_accumulators, filling_outputs=self.filling_outputs,
-            vector_loops=self.vector_loops, vector_gathers=self.vector_gathers, native_transcendentals=self.native_transcendentals, gpu_heuristic=self.gpu_heuristic,
+            vector_loops=self.vector_loops, vector_gathers=self.vector_gathers,
+            vector_dtypes=self.vector_dtypes, native_transcendentals=self.native_transcendentals, gpu_heuristic=self.gpu_heuristic,
             tensor_cores=tuple(self.tensor_cores), **dict(zip(CODEGEN_FLAGS, flags)))
 
 @dataclass

@@ -8,7 +8,9 @@ What differs from the CPU's C:
   NOLOCALS) ``idx<d>`` ``get_global_id(d)``;
 - OpenCL's integer names (``char``, ``uchar``, ``long``, ``ulong``...); 64-bit ints are ``long`` (``long long`` is
   reserved); bitcasts are ``as_<type>()``; math built-ins are overloaded (``exp2(x)`` for every float type);
-- vectors are the built-in ``float4``-style types: ``(float4)(a, b, c, d)`` and ``.s0``..``.sf``;
+- vectors are the built-in ``float4``-style types: ``(float4)(a, b, c, d)`` and ``.s0``..``.sf``; a bool vector (a
+  compare's lanes) is an ``int4`` of -1/0, as OpenCL's vector compares give; memory is read and written with
+  ``vload4``/``vstore4`` (no alignment needed), lane by lane where a mask gates the lanes;
 - ``bool`` can't be stored in a buffer (its size is implementation-defined), so bool buffers hold ``uchar``;
 - half: without ``cl_khr_fp16`` (PoCL on a CPU has none) ``half`` is a storage-only type. Buffers of half are
   read with ``vload_half`` and written with ``vstore_half_rte``; values compute in float and every float16
@@ -47,7 +49,12 @@ class OpenCLRenderer(CStyleLanguage):
     has_local = True
     has_shared = True
     gpu_heuristic = True             # codegen/opt/gpu_heuristic.py picks workgroups, grouped reduces and upcasts
-    vector_loops = False             # the OpenCL compiler vectorizes across work-items itself
+    # register tiles' innermost lanes as vectors of 4 (float4 loads and stores, as GPUs like them); the rest of the
+    # vectorizing is across work-items, by the OpenCL compiler. 32-bit lanes only: half may be storage-only here.
+    vector_loops = True
+    max_vector_bytes = 16
+    vector_gathers = "never"         # lanes not contiguous in memory stay a loop: a GPU gathers per work-item anyway
+    vector_dtypes = (dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bool)
     native_transcendentals = True    # exp2/log2/sin are OpenCL built-ins
     type_map = {**CStyleLanguage.type_map, dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.uint16: "ushort", dtypes.uint32: "uint",
                 dtypes.int64: "long", dtypes.uint64: "ulong", dtypes.float16: "half"}
@@ -67,6 +74,7 @@ class OpenCLRenderer(CStyleLanguage):
             if dtype.count > 1: raise NotImplementedError("OpenCL without cl_khr_fp16 has no half vectors")
             return "float"   # a half value computes in float (see the module doc)
         if dtype.count > 1 and dtype.count not in (2, 3, 4, 8, 16): raise NotImplementedError(f"OpenCL has no vectors of {dtype.count} lanes")
+        if dtype.count > 1 and dtype.scalar() == dtypes.bool: return f"int{dtype.count}"   # vector compares give int lanes
         return super().render_dtype(dtype)
 
     def render_const(self, value, dtype: DType) -> str:
@@ -101,6 +109,43 @@ class OpenCLRenderer(CStyleLanguage):
         if index.src[0].op is Ops.PARAM and index.src[0].dtype.base == dtypes.bool: return f"{expr[index]} = (uchar)({value});"
         return super().render_scalar_store(index, expr, value)
 
+    def render_vectorize(self, state, u: UOp) -> None:
+        lanes = [f"-({state.expr[x]})" if x.dtype == dtypes.bool else _strip(state.expr[x]) for x in u.src]
+        value = f"(({self.render_dtype(u.dtype)})({','.join(lanes)}))"
+        if state.uses[u] > 1: state.declare(self, u, value, "vec")
+        else: state.expr[u] = value
+
+    def render_gep(self, state, u: UOp) -> None: state.expr[u] = f"({state.expr[u.src[0]]}).s{u.arg[0]:x}"
+
+    def render_load(self, state, u: UOp) -> None:
+        index, expr = u.src[0], state.expr
+        if not (u.dtype.count > 1 and index.dtype.base.count == 1): return super().render_load(state, u)
+        # V contiguous elements from a scalar address (global or private memory)
+        n, vec, buf, at = u.dtype.count, self.render_dtype(u.dtype), expr[index.src[0]], _strip(expr[index.src[1]])
+        value = f"vload{n}(0, {buf}+{at})"
+        if len(index.src) > 2 and index.src[2].dtype.count > 1:   # a lane mask: masked lanes read 0 and touch no memory
+            mask = self._named(state, index.src[2])
+            value = f"(({vec})({', '.join(f'({mask}).s{i:x}?{buf}[({at})+{i}]:0' for i in range(n))}))"
+        elif len(index.src) > 2: value = f"({expr[index.src[2]]}?{value}:(({vec})(0)))"
+        state.declare(self, u, value, "val")
+
+    def _named(self, state, u: UOp) -> str:
+        """``u``'s expression as a variable, so a per-lane access evaluates it once rather than once per lane."""
+        if not state.expr[u].isidentifier(): state.declare(self, u, _strip(state.expr[u]), "vec")
+        return state.expr[u]
+
+    def render_store(self, state, u: UOp) -> None:
+        index, value, expr = u.src[0], u.src[1], state.expr
+        if not (value.dtype.count > 1 and index.dtype.base.count == 1): return super().render_store(state, u)
+        n, buf, at, v = value.dtype.count, expr[index.src[0]], _strip(expr[index.src[1]]), _strip(expr[value])
+        if len(index.src) > 2 and index.src[2].dtype.count > 1:   # a lane mask: only the lanes it sets are written
+            v, mask = self._named(state, value), self._named(state, index.src[2])
+            for i in range(n): state.emit(f"if (({mask}).s{i:x}) {{ {buf}[({at})+{i}] = ({v}).s{i:x}; }}")
+            return
+        statement = f"vstore{n}({v}, 0, {buf}+{at});"
+        if len(index.src) > 2: statement = f"if ({_strip(expr[index.src[2]])}) {{ {statement} }}"
+        state.emit(statement)
+
     def render_special(self, name: str) -> str:
         function = {"gidx": "get_group_id", "lidx": "get_local_id", "idx": "get_global_id"}[name[:-1]]
         return f"(int){function}({name[-1]})"
@@ -125,7 +170,9 @@ class OpenCLRenderer(CStyleLanguage):
         return super().render_vector_alu(u, s)
 
     def render_cast(self, dtype: DType, x: str, src_dtype: DType) -> str:
-        if dtype.count > 1: return f"convert_{self.render_dtype(dtype)}({x})"
+        if dtype.count > 1:   # (bool lanes are -1/0 int masks: a true lane converts to 1, a lane != 0 is a true mask)
+            if dtype.scalar() == dtypes.bool: return f"({x}!=0)"
+            return f"convert_{self.render_dtype(dtype)}({'-' if src_dtype.scalar() == dtypes.bool else ''}({x}))"
         if self._half_emulated(dtype):
             if src_dtype == dtypes.float64: return f"fg_half_from_double({x})"
             return f"fg_half((float)({x}))"

@@ -84,6 +84,44 @@ def test_source_is_opencl_c():
     nolocals = get_program((a + 1).schedule()[-1].ast, Device[CL].renderer, [Opt(OptOps.NOLOCALS)]).src
     assert "get_global_id(0)" in nolocals and "get_local_id" not in nolocals
 
+def _vector_kernel_cases(rng):
+    x = Tensor(rng.standard_normal((16, 64)).astype(np.float32), device=CL).realize()
+    w = Tensor(rng.standard_normal((64, 32)).astype(np.float32), device=CL).realize()
+    yield "elementwise", ((x * 3 + 1).relu().exp() + x.maximum(0.5)), [Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.LOCAL, 0, 4)]
+    yield "padded", x[:, :62].pad(((0, 0), (1, 1))) * 2 + 1, [Opt(OptOps.UPCAST, 1, 4)]   # lanes a pad gates: masked
+    yield "PADTO", x[:, :61] + 1, [Opt(OptOps.PADTO, 1, 4), Opt(OptOps.UPCAST, 1, 4)]   # lanes past the end: masked stores
+    yield "matmul tile", x @ w, [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.LOCAL, 0, 2)]
+    yield "compare and select", (x < 0.5).where(x * 2, -x), [Opt(OptOps.UPCAST, 1, 4)]
+
+def test_upcast_lanes_are_float4_loads_and_stores(rng):
+    """An innermost UPCAST of contiguous lanes is vector code on CL (codegen/vectorize.py, the renderer's 16-byte
+    vectors): vload4/vstore4 (no alignment needed), lane by lane where a pad or PADTO masks lanes, compares as int4
+    masks and select(). Every kernel computes what the unoptimized one does."""
+    for name, out, opts in _vector_kernel_cases(rng):
+        item = out.schedule()[-1]
+        src = get_program(item.ast, Device[CL].renderer, opts).src
+        assert "vstore4(" in src or "if ((" in src, (name, src)
+        assert "vload4(" in src or name in ("padded", "PADTO"), (name, src)
+        if name == "padded": assert ").s3?" in src, src   # a masked lane reads 0 without touching memory
+        np.testing.assert_allclose(run_kernel(item, opts, CL)[0], run_kernel(item, [], CL)[0], rtol=1e-6, atol=1e-6, err_msg=name)
+
+def test_heuristic_matmul_tile_has_float4_lanes(rng):
+    """The GPU heuristic's register tile puts the contiguous output axis innermost: B rows load and C rows store as
+    float4, A's value is broadcast, and the tiled reduce gets no UNROLL (4 float4 accumulators, not 16)."""
+    a = Tensor(rng.standard_normal((64, 48)).astype(np.float32), device=CL).realize()
+    b = Tensor(rng.standard_normal((48, 64)).astype(np.float32), device=CL).realize()
+    item = (a @ b).schedule()[-1]
+    program = get_program(item.ast, Device[CL].renderer)
+    assert "vload4(0, data2" in program.src and "vstore4(" in program.src and "float4 acc0[4];" in program.src, program.src
+    assert not any(opt.op is OptOps.UNROLL for opt in program.applied_opts)
+    np.testing.assert_allclose(run_kernel(item, None, CL)[0].reshape(64, 64), a.numpy() @ b.numpy(), rtol=1e-4, atol=1e-4)
+
+def test_vector_lanes_are_32_bit_on_cl():
+    """Half may be storage-only on an OpenCL device: its loops stay loops (the renderer's ``vector_dtypes``)."""
+    x = Tensor(np.ones((16, 64), np.float16), device=CL)
+    src = get_program((x * 2).schedule()[-1].ast, Device[CL].renderer, [Opt(OptOps.UPCAST, 1, 4)]).src
+    assert "vload" not in src.replace("vload_half", "") and "half4" not in src
+
 # ---------------------------------------------------------------- errors
 
 def test_missing_opencl_library_is_a_clear_error(monkeypatch):

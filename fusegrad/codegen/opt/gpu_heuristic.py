@@ -10,7 +10,7 @@ heuristic's main job is to give threads work in a shape the memory system likes:
    (coalesced), several rows share a workgroup (LOCAL) and each thread keeps a few rows (UPCAST).
 2. **Register tiles.** A reduce that reads several inputs, each broadcast along some output axis (matmul, conv),
    gets an UPCAST tile of up to ``renderer.thread_accumulators`` accumulators per thread: each loaded value is reused across the tile.
-3. **Partial sums.** Otherwise a long reduce gets UNROLL 4 (independent adds in flight).
+3. **Partial sums.** Otherwise (no tile) a long reduce gets UNROLL 4 (independent adds in flight).
 4. **Workgroups.** The remaining output axes are split into LOCAL threads, innermost axis first (consecutive
    threads touch consecutive addresses), up to ``renderer.workgroup_threads`` per workgroup.
 
@@ -67,8 +67,8 @@ def gpu_optimizations(ast: UOp, renderer) -> list[Opt]:
             if amount is not None and k.apply(OptOps.GROUPTOP, first, amount):
                 _add_locals(k, renderer.workgroup_threads // amount)
                 return k.opts
-    if reduce_nodes and sizes_known: _register_tile(k, globals_, loads)
-    if reduce_nodes and reduce_size >= 64:
+    tile = _register_tile(k, globals_, loads) if reduce_nodes and sizes_known else 1
+    if reduce_nodes and reduce_size >= 64 and tile == 1:
         innermost = k.ranges(AxisType.REDUCE)[-1:]
         if innermost and range_size(innermost[0]) % 4 == 0 and range_size(innermost[0]) > 4: k.apply(OptOps.UNROLL, innermost[0], 4)
     if sizes_known: _add_locals(k, renderer.workgroup_threads)
@@ -89,17 +89,25 @@ def _matvec(k: _Builder, globals_: list[UOp], reduces: list[UOp], loads: list[UO
         k.apply(OptOps.UPCAST, left[0], upcast)
     return True
 
-def _register_tile(k: _Builder, globals_: list[UOp], loads: list[UOp]) -> None:
+def _register_tile(k: _Builder, globals_: list[UOp], loads: list[UOp]) -> int:
     """UPCAST output axes that some input is broadcast along (its loaded values are reused across the tile),
-    innermost first, by 4 (else 3 or 2), up to ``renderer.thread_accumulators`` accumulators."""
-    if len(loads) < 2: return
-    tile = 1
+    innermost first, by 4 (else 3 or 2), up to ``renderer.thread_accumulators`` accumulators. Returns the tile's
+    size. The axes are chosen innermost first but upcast outermost first: the last UPCAST made is the innermost
+    loop of the tile, so the innermost axis's lanes (contiguous in memory) become the vector lanes
+    (codegen/vectorize.py: float4 loads and stores on OpenCL)."""
+    if len(loads) < 2: return 1
+    tile, chosen = 1, []
     for rng in reversed(globals_):
         if len(loads_depending_on(loads, rng)) == len(loads): continue   # no input reused along it
         amount = _divisor(range_size(rng), (4, 3, 2))
         if amount is None or tile * amount > k.renderer.thread_accumulators or range_size(rng) < 2 * amount: continue
+        chosen.append((rng, amount))
+        tile *= amount
+    tile = 1
+    for rng, amount in reversed(chosen):
         current = next((r for r in k.ranges(AxisType.GLOBAL, AxisType.LOOP) if r.arg[0] == rng.arg[0]), None)
         if current is not None and k.apply(OptOps.UPCAST, current, amount): tile *= amount
+    return tile
 
 def _add_locals(k: _Builder, budget: int) -> None:
     """Split output axes into LOCAL threads, innermost first, while the workgroup stays within ``budget``."""
