@@ -268,13 +268,17 @@ def vectorize_upcasts(sink: UOp, max_vector_bytes: int = 64, gathers: str = "reg
             loops.append(loop)
         except _Reject:
             continue
-    # a register that scalar code writes (a hot update loop that stayed scalar) stays a scalar array:
-    # vector accesses to it in other loops would force it out of registers, so those loops stay scalar
+    # a register that scalar code writes (a hot update loop that stayed scalar) stays a scalar array, and the
+    # loops that also write it stay scalar: vector updates through a scalar array forced it out of registers (2-5x
+    # slower on MNIST's weight-gradient kernels). A loop that only reads it (a register tile's epilogue after its
+    # scalar final sum: a GELU over the tile) still becomes vector code, reading the array with vector loads.
     all_stores = [u for u in sink.toposort if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.DEFINE_REG]
+    def writes(loop: _Loop, reg: UOp) -> bool: return any(u.op is Ops.STORE and u.src[0].src[0] is reg for u in loop.body)
+    scalar_written: set[UOp] = set()
     while loops:
         inside = {u for loop in loops for u in loop.body}
         scalar_written = {u.src[0].src[0] for u in all_stores if u not in inside}
-        keep = [loop for loop in loops if not any(reg in scalar_written for reg, _ in loop.reg_accesses)]
+        keep = [loop for loop in loops if not any(reg in scalar_written and writes(loop, reg) for reg, _ in loop.reg_accesses)]
         if len(keep) == len(loops): break
         loops = keep
     if not loops: return sink
@@ -284,7 +288,7 @@ def vectorize_upcasts(sink: UOp, max_vector_bytes: int = 64, gathers: str = "reg
         for reg, _ in loop.reg_accesses: reg_lanes.setdefault(reg, set()).add(loop.lanes)
     vector_regs: dict[UOp, UOp] = {}
     for reg, lanes in reg_lanes.items():
-        if len(lanes) == 1 and reg.dtype.size % (v := next(iter(lanes))) == 0 and reg.dtype.base in REGISTER_DTYPES:
+        if reg not in scalar_written and len(lanes) == 1 and reg.dtype.size % (v := next(iter(lanes))) == 0 and reg.dtype.base in REGISTER_DTYPES:
             vector_regs[reg] = UOp(Ops.DEFINE_REG, reg.dtype.base.vec(v).ptr(reg.dtype.size // v), (), reg.arg)
     loop_of = {u: loop for loop in loops for u in loop.varying}
     rewritten: set[_Loop] = set()

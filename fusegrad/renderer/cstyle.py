@@ -418,13 +418,18 @@ def half_conversion_macros(lane_counts: set[int]) -> str:
     return "\n".join(lines) + ("\n" if lines else "")
 
 def steps_backwards(uops: list[UOp]) -> bool:
-    """Does some integer arithmetic (index math) run backwards along a loop: a negation, a subtraction
-    or a multiplication by a negative constant (``ridx*(-1)``, how a flip's index is written)?"""
+    """Does some index math (integer arithmetic an address is computed from) run backwards along a loop: a
+    negation, a subtraction or a multiplication by a negative constant (``ridx*(-1)``, how a flip's index is
+    written)? Integer math on values (an exp polynomial's exponent bits) doesn't count."""
     def negative(c: UOp) -> bool:
         if c.op is Ops.VECTORIZE: return any(negative(s) for s in c.src)
         return c.op is Ops.CONST and isinstance(c.arg, (int, float)) and c.arg < 0
+    # the index math: everything an INDEX's offset is computed from (the list is in order: walk it backwards)
+    addressing = {u.src[1] for u in uops if u.op is Ops.INDEX and len(u.src) > 1}
+    for u in reversed(uops):
+        if u in addressing: addressing.update(u.src)
     for u in uops:
-        if u.dtype.scalar() not in dtypes.ints: continue
+        if u not in addressing or u.dtype.scalar() not in dtypes.ints: continue
         if u.op in (Ops.NEG, Ops.SUB) or (u.op is Ops.MUL and any(negative(s) for s in u.src)): return True
     return False
 

@@ -276,3 +276,18 @@ def test_bool_lanes_used_as_numbers():
     item = _kernel(_bool_arith(8, 64), "CPU")
     for opts in ([Opt(OptOps.UPCAST, 1, 8)], [Opt(OptOps.UPCAST, 1, 16)], [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 16)]):
         _compare(item, opts)
+
+def test_epilogue_reads_a_scalar_register_with_vector_loads():
+    """A dot-form matmul tile (both inputs contiguous along the reduce: x @ w.T) sums its lanes into a scalar register
+    in a scalar loop; the epilogue that only reads that register (bias + GELU over the tile) is still vector code,
+    reading it with vector loads, and the register stays a scalar array."""
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((16, 64), (32, 64), (32,)))
+    item = _kernel(lambda device: Tensor(x, device=device).linear(Tensor(w, device=device).T, Tensor(b, device=device)).gelu(), "CPU")
+    program = get_program(item.ast, Device["CPU"].renderer)
+    reads = [u for u in program.uops if u.op is Ops.LOAD and u.dtype.count > 1 and u.src[0].src[0].op is Ops.DEFINE_REG
+             and u.src[0].src[0].dtype.base.count == 1]
+    assert reads and any(u.op is Ops.EXP2 or (u.dtype.count > 1 and u.op is Ops.MUL) for u in program.uops), program.src
+    h = x @ w.T + b
+    want = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
+    np.testing.assert_allclose(_run(item, None, "CPU").reshape(16, 32), want, rtol=1e-4, atol=1e-5)

@@ -187,3 +187,15 @@ def test_both_gcc_guards_share_one_optimize_attribute():
     (src,) = _kernel_sources(lambda: x.reshape(8, 2).flip(1).pad(((0, 0), (1, 1))).sum(1))
     assert src.count("optimize(") == 1 and '"no-tree-loop-vectorize", "no-tree-loop-if-convert"' in src, src
     assert (x.reshape(8, 2).flip(1).pad(((0, 0), (1, 1))).sum(1)).numpy().tolist() == np.arange(16).reshape(8, 2).sum(1).tolist()
+
+def test_only_backwards_index_math_turns_loop_vectorization_off():
+    """The gcc guard is for sums whose *addresses* step backwards (a flip): a kernel with an accumulator whose integer
+    math runs on values (an exp polynomial's exponent bits, ``k*(-1)``) keeps gcc's loop vectorizer."""
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.standard_normal((8, 32)).astype(np.float32), device="CPU").realize()
+    (src,) = _kernel_sources(lambda: x.exp().sum(1))
+    assert "<<23" in src and "no-tree-loop-vectorize" not in src, src   # (exp2's exponent bits are integer math)
+    np.testing.assert_allclose(x.exp().sum(1).numpy(), np.exp(x.numpy()).sum(1), rtol=1e-5)
+    (flipped,) = _kernel_sources(lambda: x.flip(1).reshape(8, 16, 2).sum(2))
+    assert "no-tree-loop-vectorize" in flipped, flipped
+    np.testing.assert_array_equal(x.flip(1).reshape(8, 16, 2).sum(2).numpy(), x.numpy()[:, ::-1].reshape(8, 16, 2).sum(2))
