@@ -259,6 +259,8 @@ def test_strided_channel_vector_is_gathered():
     opts = [Opt(OptOps.UPCAST, 3, 16), Opt(OptOps.UPCAST, 1, 4)]
     src = get_program(item.ast, Device["CPU"].renderer, opts).src
     assert "float4 acc0[16];" in src and re.search(r"\(\(float4\)\{val\d+,val\d+,val\d+,val\d+\}\)", src) and ")[3];" in src, src
+    # the gathered vector is built once, outside the tile loop that uses it (inlined, it was rebuilt per iteration)
+    assert re.search(r"float4 vec\d+ = \(\(float4\)\{val\d+,val\d+,val\d+,val\d+\}\);", src), src
     _compare(item, opts)
 
 def _bool_arith(m, n):
