@@ -72,12 +72,14 @@ class LLVMRenderer(Renderer):
     Vector code as on the CPU's C: innermost UPCAST loops become vector uops (codegen/vectorize.py), rendered
     as LLVM vector types; lane-masked loads and stores are ``llvm.masked.load``/``store``. (Left to LLVM's own
     loop vectorizer instead, reductions stay scalar: without ``reassoc`` it can't reorder float sums.)
-    No threads (no OpenMP runtime), no tensor cores.
+    THREAD ranges run without OpenMP: a threaded kernel takes two more arguments, ``core`` and ``cores``, runs its
+    THREAD loop's ``core``-th contiguous share of iterations, and exports ``@<name>.threaded``; the runtime calls it
+    once per core at the same time (runtime/ops_llvm.py). No tensor cores.
     """
     device = "LLVM"
     has_local = False
     has_shared = False
-    has_threads = False
+    has_threads = True
     tensor_cores = []
     vector_loops = True              # vector uops (codegen/vectorize.py) render as LLVM vector types
     native_transcendentals = False   # the polynomials vectorize; libm calls don't
@@ -131,10 +133,13 @@ class _FunctionWriter:
                 self.value[u] = argument if u.dtype.itemsize == 8 else self.assign(f"trunc i64 {argument} to {llvm_type(u.dtype)}")
             else: self.render_uop(index, u)
         params = [p for _, p in sorted(buffers)] + variables
+        threaded = any(u.op is Ops.RANGE and u.arg[1] is AxisType.THREAD for u in self.uops)
+        if threaded: params += ["i64 %core", "i64 %cores"]   # (after the variables: the runtime appends them)
         body = ["entry:"] + ["  " + a for a in self.allocas] + self.lines + ["  " + c for c in self.cleanup] + ["  ret void"]
         declarations = "".join(d + "\n" for d in sorted(self.declarations))
         metadata = "".join(m + "\n" for m in self.metadata_nodes)
-        return f"{declarations}\ndefine void @{name}({', '.join(params)}) nounwind {{\n" + "\n".join(body) + "\n}\n" + metadata
+        marker = f"@{name}.threaded = constant i8 1\n" if threaded else ""   # (tells the runtime to pass core, cores)
+        return f"{declarations}{marker}\ndefine void @{name}({', '.join(params)}) nounwind {{\n" + "\n".join(body) + "\n}\n" + metadata
 
     def render_uop(self, index: int, u: UOp) -> None:
         op = u.op
@@ -272,16 +277,30 @@ class _FunctionWriter:
     def open_loop(self, index: int, u: UOp) -> None:
         """``for (r = 0; r < bound; r++)``: the header tests the trip count before the first iteration
         (a symbolic bound may be 0). The phi's back edge comes from the latch that ``close_loop`` writes."""
-        if u.arg[1] is AxisType.THREAD: raise NotImplementedError("the LLVM renderer has no threads: THREAD ranges can't run on it")
         kind, counter, bound = llvm_type(u.dtype), f"%ridx{index}", self.value[u.src[0]]
+        first = "0"
+        if u.arg[1] is AxisType.THREAD: first, bound = self.thread_share(kind, bound)
         self.value[u] = counter
         self.emit(f"br label %loop{index}")
         entered_from = self.block
         self.start_block(f"loop{index}")
-        self.emit(f"{counter} = phi {kind} [0, %{entered_from}], [{counter}_next, %latch{index}]")
+        self.emit(f"{counter} = phi {kind} [{first}, %{entered_from}], [{counter}_next, %latch{index}]")
         self.emit(f"{counter}_more = icmp slt {kind} {counter}, {bound}")
         self.emit(f"br i1 {counter}_more, label %body{index}, label %exit{index}")
         self.start_block(f"body{index}")
+
+    def thread_share(self, kind: str, bound: str) -> tuple[str, str]:
+        """(first, end) of this call's share of a THREAD loop of ``bound`` iterations: contiguous blocks of
+        ceil(bound / cores), the last one shorter (or empty)."""
+        core, cores = "%core", "%cores"
+        if kind != "i64": core, cores = self.assign(f"trunc i64 %core to {kind}"), self.assign(f"trunc i64 %cores to {kind}")
+        spare = self.assign(f"sub {kind} {cores}, 1")
+        rounded_up = self.assign(f"add {kind} {bound}, {spare}")
+        chunk = self.assign(f"sdiv {kind} {rounded_up}, {cores}")
+        first = self.assign(f"mul {kind} {core}, {chunk}")
+        end = self.assign(f"add {kind} {first}, {chunk}")
+        inside = self.assign(f"icmp slt {kind} {end}, {bound}")
+        return first, self.assign(f"select i1 {inside}, {kind} {end}, {kind} {bound}")
 
     def close_loop(self, loop: UOp) -> None:
         counter = self.value[loop]

@@ -5,7 +5,8 @@ device's libraries; a program loads its object into a small MCJIT engine and cal
 ``DEV=LLVM`` (or ``CPU:LLVM``, tinygrad's spelling, or ``LLVM=1``) selects it. Needs ``pip install llvmlite``.
 """
 from __future__ import annotations
-import ctypes, threading, time
+import ctypes, os, threading, time
+from concurrent.futures import ThreadPoolExecutor
 from fusegrad.device import Compiled, Compiler, CompileError, MallocAllocator
 from fusegrad.helpers import getenv
 from fusegrad.renderer.llvmir import LLVMRenderer
@@ -68,9 +69,24 @@ def _register_runtime_functions() -> None:
     for name in HALF_RUNTIME_FUNCTIONS:
         if (function := getattr(libgcc, name, None)) is not None: llvm.add_symbol(name, ctypes.cast(function, ctypes.c_void_p).value)
 
+def thread_count() -> int:
+    """The cores a threaded kernel runs on: THREADS, else the CPUs this process may use."""
+    return max(1, getenv("THREADS", len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+_pools: dict[int, ThreadPoolExecutor] = {}
+_pool_lock = threading.Lock()
+
+def _thread_pool(workers: int) -> ThreadPoolExecutor:
+    """The threads that run the other cores' shares of threaded kernels (the calling thread runs core 0)."""
+    with _pool_lock:
+        if workers not in _pools: _pools[workers] = ThreadPoolExecutor(workers, thread_name_prefix="fusegrad-llvm")
+        return _pools[workers]
+
 class LLVMProgram:
     """One kernel: its object file linked into a private MCJIT engine (its own symbol table, so kernels of
-    the same name never collide), called with buffer pointers, then the 64-bit variable values."""
+    the same name never collide), called with buffer pointers, then the 64-bit variable values. A threaded
+    kernel (it exports ``<name>.threaded``) is called once per core, at the same time, with ``core, cores`` last:
+    ctypes releases the GIL during the call, so the shares run in parallel."""
     def __init__(self, name: str, lib: bytes):
         _require_llvmlite()
         self.name = name
@@ -80,12 +96,19 @@ class LLVMProgram:
         self.address = self.engine.get_function_address(name)
         if not self.address: raise RuntimeError(f"the LLVM object has no function {name}")
         self.fxn = None   # the ctypes function, built on the first call when the argument count is known
+        self.threaded = bool(self.engine.get_global_value_address(f"{name}.threaded"))
     def __call__(self, *bufs, global_size=(1, 1, 1), local_size=(1, 1, 1), vals=(), wait: bool = False):
         if self.fxn is None:
-            self.fxn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(bufs) + [ctypes.c_int64] * len(vals)))(self.address)
+            extra = 2 if self.threaded else 0
+            self.fxn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(bufs) + [ctypes.c_int64] * (len(vals) + extra)))(self.address)
         args = [ctypes.addressof(b) for b in bufs] + list(vals)
         start = time.perf_counter() if wait else 0.0
-        self.fxn(*args)
+        if not self.threaded: self.fxn(*args)
+        else:
+            cores = thread_count()
+            others = [_thread_pool(cores - 1).submit(self.fxn, *args, core, cores) for core in range(1, cores)] if cores > 1 else []
+            self.fxn(*args, 0, cores)
+            for share in others: share.result()
         return time.perf_counter() - start if wait else None
 
 class LLVMDevice(Compiled):

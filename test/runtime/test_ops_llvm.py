@@ -1,15 +1,16 @@
 """The LLVM device (LLVM IR compiled in-process by llvmlite), in the normal suite: CI runs only the CPU suite, so
 this is a representative subset on LLVM — ops against numpy, gradients against PyTorch, a matmul, convs,
-reductions, random optimization action lists — plus what is particular to the backend (names, no threads,
+reductions, random optimization action lists — plus what is particular to the backend (names, threads,
 inf/NaN semantics, traps, masked vector loads). ``DEV=LLVM python -m pytest test/test_tensor_ops.py ...``
 runs the full op, gradient and opt-fuzz tests on it."""
 import numpy as np
 import pytest
 from fusegrad import Tensor, Device, dtypes
 from fusegrad.codegen import get_program
-from fusegrad.codegen.opt import Opt, OptOps, KernelOptError, apply_opt
+from fusegrad.codegen.opt import Opt, OptOps
+from fusegrad.codegen.opt.heuristic import cpu_count
 from fusegrad.renderer.llvmir import LLVMRenderer, llvm_const
-from helpers import (assert_tensor, run_kernel, searchable_ast, UNARY_OPS, BINARY_OPS, CASTS, GRADIENT_FUNCTIONS, check_unary, check_binary,
+from helpers import (assert_tensor, run_kernel, UNARY_OPS, BINARY_OPS, CASTS, GRADIENT_FUNCTIONS, check_unary, check_binary,
                      check_integer_division, check_cast, check_reductions, check_matmul, check_padded_conv, check_conv_and_pool_gradients,
                      check_gradient_matches_torch, check_random_action_lists)
 
@@ -22,10 +23,26 @@ def test_device_names():
     assert Device.canonicalize("CPU:LLVM") == LLVM   # tinygrad's spelling
     assert isinstance(Device[LLVM].renderer, LLVMRenderer)
 
-def test_threads_are_illegal():
-    a = Tensor(np.ones((64, 64), np.float32), device=LLVM)
-    ast = searchable_ast((a + 1).schedule()[-1].ast)
-    with pytest.raises(KernelOptError, match="no threads"): apply_opt(ast, Opt(OptOps.THREAD, 0, 2), Device[LLVM].renderer)
+@pytest.mark.parametrize("cores", [1, 2, 3, 16])
+def test_threaded_kernels_split_the_outer_loop_over_cores(cores, monkeypatch, rng):
+    """THREAD on LLVM: the kernel takes (core, cores) and runs a contiguous share of the outer loop; the runtime calls
+    it once per core. Shares of a 10-row loop over 3 cores are 4, 4, 2; over 16 cores most are empty."""
+    import fusegrad.runtime.ops_llvm as ops_llvm
+    monkeypatch.setattr(ops_llvm, "thread_count", lambda: cores)
+    x = rng.standard_normal((10, 48)).astype(np.float32)
+    w = rng.standard_normal((48, 32)).astype(np.float32)
+    item = (Tensor(x, device=LLVM) @ Tensor(w, device=LLVM)).schedule()[-1]
+    for build in item.bufs[1:]: build.ensure_allocated()
+    item.bufs[1].copyin(memoryview(x.tobytes())), item.bufs[2].copyin(memoryview(w.tobytes()))
+    opts = [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.THREAD, 0, 2)]
+    src = get_program(item.ast, Device[LLVM].renderer, opts).src
+    assert "i64 %core, i64 %cores" in src and ".threaded = constant" in src, src
+    np.testing.assert_allclose(run_kernel(item, opts, LLVM)[0].reshape(10, 32), x @ w, rtol=1e-5, atol=1e-5)
+
+def test_heuristic_threads_big_kernels(rng):
+    a = Tensor(rng.standard_normal((256, 256)).astype(np.float32), device=LLVM)
+    program = get_program((a @ a).schedule()[-1].ast, Device[LLVM].renderer)
+    assert any(o.op is OptOps.THREAD for o in program.applied_opts) == (cpu_count() > 1)
 
 def test_fast_math_flags_keep_inf_and_nan():
     """Only ``contract`` is set: nnan/ninf would let LLVM fold away the inf/NaN results below."""
