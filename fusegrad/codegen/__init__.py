@@ -10,7 +10,7 @@ from fusegrad.helpers import prod, DEBUG, VIZ
 from fusegrad.uop.ops import UOp, Ops, GroupOp, graph_rewrite
 from fusegrad.uop.symbolic import symbolic
 from fusegrad.renderer import Renderer, ProgramSpec
-from fusegrad.codegen.kernel import range_size
+from fusegrad.codegen.kernel import range_size, kernel_info
 from fusegrad.codegen.opt import optimize_kernel
 from fusegrad.codegen.lowering import lower_reduces, lower_group_reduces, to_launch_dims, narrow_index_dtype, emulate_bfloat16, emulate_fp8, \
     unwrap_gated_indexes, load_contiguous_lanes, collapse_onehot_reduces
@@ -92,7 +92,8 @@ def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Progr
     if options.vector_loops: ast = load_contiguous_lanes(ast)
     ast = narrow_index_dtype(ast)
     # innermost UPCAST loops as vector nodes, where the renderer has vector types
-    if options.vector_loops and options.vectorize: ast = vectorize_upcasts(ast, options.max_vector_bytes, options.vector_gathers, options.vector_dtypes)
+    if options.vector_loops and options.vectorize: ast = vectorize_upcasts(ast, options.max_vector_bytes, "always" if kernel_info(ast).gather_lanes else options.vector_gathers,
+                                                                   options.vector_dtypes)
     if viz is not None: trace.stage("symbolic, contiguous loads, narrow indices, vectors", ast)
     uops = linearize(ast)
     present = {u.arg for u in uops if u.op is Ops.PARAM}

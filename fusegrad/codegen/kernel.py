@@ -18,6 +18,7 @@ from fusegrad.uop.symbolic import symbolic
 class KernelInfo:
     """Kernel-wide optimization state, kept in the kernel SINK's arg."""
     dont_use_locals: bool = False
+    gather_lanes: bool = False    # (OptOps.GATHER) vector loops take non-contiguous lanes as gathers, whatever the target's policy
 
 def kernel_info(ast: UOp) -> KernelInfo:
     return ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()

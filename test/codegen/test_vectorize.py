@@ -293,3 +293,20 @@ def test_epilogue_reads_a_scalar_register_with_vector_loads():
     h = x @ w.T + b
     want = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
     np.testing.assert_allclose(_run(item, None, "CPU").reshape(16, 32), want, rtol=1e-4, atol=1e-5)
+
+def test_gather_action_lets_beam_choose_gathers():
+    """OptOps.GATHER: a kernel-wide choice that vector loops take non-contiguous lanes as gathers even where the CPU's
+    policy ("register_tiles") keeps the loop; BEAM is offered it. Legal once, only on renderers whose policy it changes."""
+    from fusegrad.codegen.opt import KernelOptError, apply_opt
+    from fusegrad.codegen.opt.search import candidate_actions
+    from helpers import searchable_ast
+    build, opts = SCALAR_CASES["transposed_upcast_8"]
+    item = _kernel(build, "CPU")
+    gathered = get_program(item.ast, Device["CPU"].renderer, [Opt(OptOps.GATHER)] + opts)
+    assert any(u.op is Ops.VECTORIZE and u.dtype.count == 8 and all(s.op is Ops.LOAD for s in u.src) for u in gathered.uops)
+    assert not any(u.op is Ops.VECTORIZE and all(s.op is Ops.LOAD for s in u.src) for u in get_program(item.ast, Device["CPU"].renderer, opts).uops)
+    np.testing.assert_allclose(_run(item, [Opt(OptOps.GATHER)] + opts, "CPU"), _run(item, [], "CPU"), rtol=1e-6)
+    ast = searchable_ast(item.ast)
+    assert Opt(OptOps.GATHER) in candidate_actions(ast, Device["CPU"].renderer)
+    with pytest.raises(KernelOptError, match="already"): apply_opt(apply_opt(ast, Opt(OptOps.GATHER), Device["CPU"].renderer), Opt(OptOps.GATHER), Device["CPU"].renderer)
+    with pytest.raises(KernelOptError, match="never"): apply_opt(ast, Opt(OptOps.GATHER), _cpu_renderer_with(vector_gathers="never"))

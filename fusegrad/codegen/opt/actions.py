@@ -15,6 +15,7 @@ UPCAST ranges end up innermost: the reduce that computes them keeps one accumula
 | GROUPTOP| reduce axis  | like GROUP, but the threads take the outer (top) part of the range: thread t reduces one contiguous block |
 | PADTO   | global/reduce| round the range up to a multiple of ``arg``; the extra iterations neither load, store nor contribute |
 | NOLOCALS| (no axis)    | launch without workgroups (``idx`` launch indices, no local size); later LOCAL/GROUP are illegal |
+| GATHER  | (no axis)    | vector loops (codegen/vectorize.py) gather/scatter non-contiguous lanes even where the renderer's ``vector_gathers`` policy wouldn't |
 | STAGE   | any axis     | copy each small input read along the axis, once per kernel call, into a buffer where the axis is innermost (contiguous) |
 | TC      | (a choice)   | run the reduce on a matrix instruction the renderer declares (``tc.py``); ``arg`` is tc_opt |
 
@@ -25,8 +26,9 @@ a workgroup (LOCAL x GROUP sizes) stays within ``renderer.local_max_threads`` an
 every action, since a later UPCAST grows them). A reduce nested inside another reduce's loop can't be
 grouped (its barrier would sit inside a loop whose trip is per reduce step). The grouped reduce is
 lowered in codegen/lowering.py (``lower_group_reduces``): partials go to a DEFINE_LOCAL, a BARRIER,
-then every thread combines them and only the group's thread 0 stores. The kernel-wide NOLOCALS flag
-lives in the SINK's arg (``KernelInfo``), so the AST stays the whole state of an optimized kernel.
+then every thread combines them and only the group's thread 0 stores. The kernel-wide NOLOCALS and GATHER flags
+live in the SINK's arg (``KernelInfo``), so the AST stays the whole state of an optimized kernel. GATHER (like
+STAGE, fusegrad's own) lets BEAM measure what the renderer's gather policy otherwise decides by rule.
 
 STAGE exists for register tiles whose vector axis runs along a *strided* small input: a conv's
 output channels index its weights with a stride of ``cin*kh*kw``. Staging copies the weights once
@@ -41,12 +43,13 @@ when it is needed (``loop_nesting`` in codegen/kernel.py), so an action rewrites
 the loops around them.
 """
 from __future__ import annotations
+import dataclasses
 from dataclasses import dataclass
 from enum import Enum, auto
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import prod
 from fusegrad.uop.ops import UOp, Ops, AxisType
-from fusegrad.codegen.kernel import KernelInfo, kernel_info, range_size, AXIS_RANK, kernel_axes, next_range_id, local_axes, \
+from fusegrad.codegen.kernel import kernel_info, range_size, AXIS_RANK, kernel_axes, next_range_id, local_axes, \
     shared_memory_bytes, free_ranges, ranges_in
 from fusegrad.codegen.lowering import identity_value, launch_groups, slot_index
 
@@ -55,7 +58,7 @@ class KernelOptError(Exception):
 
 class OptOps(Enum):
     UPCAST = auto(); UNROLL = auto(); LOCAL = auto(); GROUP = auto(); GROUPTOP = auto(); PADTO = auto()
-    THREAD = auto(); NOLOCALS = auto(); SWAP = auto(); TC = auto(); STAGE = auto()
+    THREAD = auto(); NOLOCALS = auto(); SWAP = auto(); TC = auto(); STAGE = auto(); GATHER = auto()
     def __repr__(self) -> str: return f"OptOps.{self.name}"
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ def apply_opt(ast: UOp, opt: Opt, renderer) -> UOp:
         from fusegrad.codegen.opt.tc import apply_tensor_core   # (tc.py builds on this module's actions: imported on use)
         return apply_tensor_core(ast, renderer, opt.axis, opt.arg)
     if opt.op is OptOps.NOLOCALS: return _nolocals(ast, renderer)
+    if opt.op is OptOps.GATHER: return _gather(ast, renderer)
     if opt.op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP):
         if not renderer.has_local:
             raise KernelOptError(f"{opt.op.name} needs local (workgroup) dims, which the {renderer.device} renderer doesn't have")
@@ -150,7 +154,14 @@ def _nolocals(ast: UOp, renderer) -> UOp:
     if kernel_info(ast).dont_use_locals: raise KernelOptError("NOLOCALS was already applied")
     if local_axes(ast): raise KernelOptError("can't apply NOLOCALS to a kernel that already uses locals (LOCAL/GROUP)")
     if ast.op is not Ops.SINK: raise KernelOptError("NOLOCALS needs a kernel SINK")
-    return ast.replace(arg=KernelInfo(dont_use_locals=True))
+    return ast.replace(arg=dataclasses.replace(kernel_info(ast), dont_use_locals=True))
+
+def _gather(ast: UOp, renderer) -> UOp:
+    if not renderer.vector_loops: raise KernelOptError(f"GATHER is meaningless: the {renderer.device} renderer makes no vector loops")
+    if renderer.vector_gathers != "register_tiles": raise KernelOptError(f"the {renderer.device} renderer's gathers are {renderer.vector_gathers!r} already")
+    if kernel_info(ast).gather_lanes: raise KernelOptError("GATHER was already applied")
+    if ast.op is not Ops.SINK: raise KernelOptError("GATHER needs a kernel SINK")
+    return ast.replace(arg=dataclasses.replace(kernel_info(ast), gather_lanes=True))
 
 def _group(ast: UOp, rng: UOp, amount: int, top: bool) -> UOp:
     """Split reduce range ``rng`` into a REDUCE part and a GROUP_REDUCE part of ``amount`` threads,

@@ -34,6 +34,7 @@ def candidate_actions(ast: UOp, renderer) -> list[Opt]:
     actions += [Opt(OptOps.STAGE, axis) for axis in range(min(n_axes, 4))]
     if renderer.tensor_cores: actions += _tensor_core_actions(ast, renderer)
     if renderer.has_threads and cpu_count() > 1: actions.append(Opt(OptOps.THREAD, 0, cpu_count()))
+    if renderer.vector_loops and renderer.vector_gathers == "register_tiles": actions.append(Opt(OptOps.GATHER))
     if renderer.has_local:
         actions += [Opt(OptOps.LOCAL, axis, amount) for axis in range(min(n_axes, 5)) for amount in (2, 3, 4, 8, 13, 16, 29, 32)]
         if renderer.has_shared:
