@@ -39,7 +39,8 @@ choice: UPCAST and UNROLL make them (BEAM searches their sizes), PADTO makes mas
 from __future__ import annotations
 from typing import Any
 from fusegrad.dtype import dtypes
-from fusegrad.uop.ops import UOp, Ops, AxisType
+from fusegrad.uop.ops import UOp, Ops, AxisType, GroupOp
+from fusegrad.uop.alu import exec_alu
 from fusegrad.codegen.kernel import loop_nesting
 
 LANE_DTYPES = (dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bool)
@@ -89,6 +90,7 @@ class _Loop:
         self.strided: set[UOp] = set()                  # INDEXes accessed lane by lane
         self.irregular: set[UOp] = set()                # ... of them, those whose index isn't affine in the loop variable
         self.stores: dict[UOp, list[UOp]] = {}          # after the rewrite: each STORE of the body -> its vector stores
+        self.enclosing: tuple[UOp, ...] = ()            # the loops this one ran inside (loads stay in them)
 
     def coefficient(self, u: UOp) -> int:
         if u not in self.varying: return 0
@@ -240,7 +242,8 @@ def _candidate_loops(sink: UOp, max_lanes: int) -> list[_Loop]:
     for r in order:
         if r.op is not Ops.RANGE or r.arg[1] is not AxisType.UPCAST or r in enclosing or r.src[0].op is not Ops.CONST: continue
         if (lanes := _lanes(r.src[0].arg, max_lanes)) is None: continue
-        loops.append(_Loop(r, [x for x in order if x is not r and x is not sink and r in open_ranges[x]], lanes))
+        loops.append(loop := _Loop(r, [x for x in order if x is not r and x is not sink and r in open_ranges[x]], lanes))
+        loop.enclosing = tuple(sorted(nesting[r], key=lambda e: e.arg[0]))
     # the body's results leave the loop only as the stores an END (or the kernel's SINK) collects
     users: dict[UOp, list[UOp]] = {}
     for x in order:
@@ -334,6 +337,14 @@ class _Chunk:
         if s not in self.broadcasts: self.broadcasts[s] = UOp(Ops.VECTORIZE, s.dtype.vec(self.loop.lanes), (s,) * self.loop.lanes)
         return self.broadcasts[s]
 
+    def load_deps(self, u: UOp) -> tuple:
+        """A load's ordering sources, plus the loops the vectorized loop ran inside: the load stays in them, next to
+        its use, as the scalar load was, rather than moving out as loop-invariant code. A register tile uses every
+        vector register for accumulators; a load next to its FMA becomes the FMA's memory operand, while a hoisted
+        one holds a register for the whole tile (MNIST's conv kernels spilled: 66 -> 83 ms)."""
+        own = self.deps(u, 1)
+        return own + tuple(r for r in self.loop.enclosing if r not in own)
+
     def deps(self, u: UOp, skip: int) -> tuple:
         """The ordering sources of a LOAD or STORE (from position ``skip``), without the loop's range."""
         return tuple(self.lane.get(s, self.outside(s)) for s in u.src[skip:] if s is not self.loop.rng)
@@ -359,13 +370,13 @@ def _expand_index(c: _Chunk, u: UOp) -> Any:
 def _expand_load(c: _Chunk, u: UOp) -> UOp:
     index, v = u.src[0], c.loop.lanes
     if index in c.loop.strided:   # a gather: scalar loads, then one vector of them
-        gathered = UOp(Ops.VECTORIZE, u.dtype.vec(v), tuple(UOp(Ops.LOAD, u.dtype, (address,) + c.deps(u, 1)) for address in c.lane[index]))
+        gathered = UOp(Ops.VECTORIZE, u.dtype.vec(v), tuple(UOp(Ops.LOAD, u.dtype, (address,) + c.load_deps(u)) for address in c.lane[index]))
         if index not in c.gates: return gathered
         gate = c.gates[index] if c.gates[index].dtype.count > 1 else UOp(Ops.VECTORIZE, dtypes.bool.vec(v), (c.gates[index],) * v)
         return UOp(Ops.WHERE, u.dtype.vec(v), (gate, gathered, UOp(Ops.VECTORIZE, u.dtype.vec(v), (UOp.const(u.dtype, 0),) * v)))
-    if index in c.loop.varying: return UOp(Ops.LOAD, u.dtype.vec(v), (c.lane[index],) + c.deps(u, 1))
+    if index in c.loop.varying: return UOp(Ops.LOAD, u.dtype.vec(v), (c.lane[index],) + c.load_deps(u))
     # a broadcast load: the scalar load, then the broadcast
-    return UOp(Ops.VECTORIZE, u.dtype.vec(v), (UOp(Ops.LOAD, u.dtype, (c.outside(index),) + c.deps(u, 1)),) * v)
+    return UOp(Ops.VECTORIZE, u.dtype.vec(v), (UOp(Ops.LOAD, u.dtype, (c.outside(index),) + c.load_deps(u)),) * v)
 
 def _expand_store(c: _Chunk, u: UOp) -> list[UOp]:
     value = c.operand(u.src[1])
@@ -375,8 +386,15 @@ def _expand_store(c: _Chunk, u: UOp) -> list[UOp]:
     return [UOp(Ops.STORE, dtypes.void, (c.lane[u.src[0]], value) + c.deps(u, 2))]
 
 def _expand_value(c: _Chunk, u: UOp) -> UOp:
-    """ALU ops, CAST and BITCAST work lane-wise."""
-    return UOp(u.op, u.dtype.vec(c.loop.lanes), tuple(c.operand(s) for s in u.src))
+    """ALU ops, CAST and BITCAST work lane-wise. An ALU op on constant lanes only (a PADTO mask: lane numbers
+    compared with the row length) folds to constant lanes: left as code it would be computed once outside the
+    loops, and under OpenMP such a value reaches the threads' function as a shared variable that gcc can no longer
+    fold (a max-pool gradient's masked gathers, 1.0 -> 2.7 ms)."""
+    operands = tuple(c.operand(s) for s in u.src)
+    if u.op in GroupOp.ALU and all(x.op is Ops.VECTORIZE and all(lane.op is Ops.CONST for lane in x.src) for x in operands):
+        lanes = exec_alu(u.op, u.dtype.vec(c.loop.lanes), tuple(tuple(lane.arg for lane in x.src) for x in operands))
+        return UOp(Ops.VECTORIZE, u.dtype.vec(c.loop.lanes), tuple(UOp.const(u.dtype, value) for value in lanes))
+    return UOp(u.op, u.dtype.vec(c.loop.lanes), operands)
 
 # how each node of a vectorized loop's body becomes vector nodes (index math has none: INDEX rebuilds it per lane)
 EXPANSIONS = {Ops.INDEX: _expand_index, Ops.LOAD: _expand_load, Ops.STORE: _expand_store}

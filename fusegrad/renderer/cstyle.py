@@ -248,7 +248,7 @@ class CStyleLanguage(Renderer):
     def render_vectorize(self, state: RenderState, u: UOp) -> None:
         lanes = [f"-({state.expr[x]})" if x.dtype == dtypes.bool else state.expr[x] for x in u.src]
         value = f"(({self.render_dtype(u.dtype)}){{{','.join(lanes)}}})"
-        if state.uses[u] > 1: state.declare(self, u, value, "vec")
+        if named_vector(state, u): state.declare(self, u, value, "vec")
         else: state.expr[u] = value
 
     def render_load(self, state: RenderState, u: UOp) -> None:
@@ -318,19 +318,18 @@ class CStyleLanguage(Renderer):
     barrier = ""          # the workgroup barrier statement of a GPU dialect
     smem_prefix = ""      # the qualifier of workgroup-shared arrays
 
+def named_vector(state: "RenderState", u: UOp) -> bool:
+    """Does VECTORIZE ``u`` get a variable? When used more than once, unless every lane is a constant: a constant
+    vector stays a literal at each use, which the compiler folds (a variable declared outside an OpenMP loop is
+    shared with its threads' function, where gcc can no longer see its value)."""
+    return state.uses[u] > 1 and not all(x.op is Ops.CONST for x in u.src)
+
 def count_uses(uops: list[UOp]) -> Counter[UOp]:
     """How many times each uop's rendered expression is repeated by its users (a value used more than once
     gets a variable)."""
     uses: Counter[UOp] = Counter()
-    depth, defined_at = 0, {}
     for u in uops:
-        if u.op is Ops.END: depth -= 1
-        defined_at[u] = depth
-        if u.op is Ops.RANGE: depth += 1
         for i, s in enumerate(u.src):
-            # a vector built outside a loop and used inside it gets a variable where it is built: inlined, the
-            # build (a gather's 16 lane inserts) would run every iteration (1x1 conv's input gradient 3.2 -> 5.4 ms)
-            if s.dtype.count > 1 and defined_at.get(s, depth) < depth: uses[s] += 2
             # operands that the rendered expression repeats count once per repetition
             if u.dtype.count > 1 and u.op in (Ops.WHERE, Ops.MAX): uses[s] += (2 if u.op is Ops.WHERE else 3) if i == 0 else 2 if u.op is Ops.MAX else 1
             elif u.op in (Ops.IDIV, Ops.MOD) and not dtypes.is_float(s.dtype): uses[s] += 2   # the trap guard repeats them

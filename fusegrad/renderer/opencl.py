@@ -25,7 +25,7 @@ from __future__ import annotations
 import math, struct
 from fusegrad.dtype import DType, PtrDType, dtypes
 from fusegrad.uop.ops import UOp, Ops, GroupOp
-from fusegrad.renderer.cstyle import CStyleLanguage, _strip
+from fusegrad.renderer.cstyle import CStyleLanguage, _strip, named_vector
 
 # float -> the nearest half (round to nearest even), as a float; and the 16 bits of a half-exact float.
 # ``half`` can't be a variable without cl_khr_fp16, but a pointer to it can be vstore'd/vload'ed.
@@ -112,7 +112,7 @@ class OpenCLRenderer(CStyleLanguage):
     def render_vectorize(self, state, u: UOp) -> None:
         lanes = [f"-({state.expr[x]})" if x.dtype == dtypes.bool else _strip(state.expr[x]) for x in u.src]
         value = f"(({self.render_dtype(u.dtype)})({','.join(lanes)}))"
-        if state.uses[u] > 1: state.declare(self, u, value, "vec")
+        if named_vector(state, u): state.declare(self, u, value, "vec")
         else: state.expr[u] = value
 
     def render_gep(self, state, u: UOp) -> None: state.expr[u] = f"({state.expr[u.src[0]]}).s{u.arg[0]:x}"
