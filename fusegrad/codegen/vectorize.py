@@ -186,10 +186,9 @@ def _lane_dtypes_supported(u: UOp) -> bool:
     return u.op in HALF_OPS and result_ok and all(d == dtypes.float16 for d in operands) and \
         (u.op is not Ops.WHERE or u.src[0].dtype == dtypes.bool)
 
-class _Builder:
+class _IndexMath:
     """Index math of one loop at a given lane (the loop variable replaced by a constant, folded a little)."""
-    def __init__(self, loop: _Loop, vector_regs: dict[UOp, UOp]):
-        self.loop, self.vector_regs = loop, vector_regs
+    def __init__(self, loop: _Loop): self.loop = loop
 
     def scalar_at(self, u: UOp, offset: int, mapped: dict[UOp, UOp], memo: dict[UOp, UOp]) -> UOp:
         """Index math ``u`` with the loop variable replaced by ``offset``, simplified a little."""
@@ -264,8 +263,8 @@ def vectorize_upcasts(sink: UOp, max_vector_bytes: int = 64, gathers: str = "reg
     for loop in _candidate_loops(sink, max_lanes):
         try:
             loop.analyze(gathers, target_dtypes)
-            # check the register slots divide by the lane count (with a throwaway builder)
-            b = _Builder(loop, {})
+            # check the register slots divide by the lane count (with the index math at lane 0)
+            b = _IndexMath(loop)
             for _, index in loop.reg_accesses:
                 if b.divided(b.scalar_at(index.src[1], 0, {}, {}), loop.lanes) is None: raise _Reject("unaligned register slot")
             loops.append(loop)
@@ -319,8 +318,8 @@ class _Chunk:
     """Lanes c*V .. c*V+V-1 of a loop being rewritten: ``lane`` maps each body node to its vector for them (an INDEX
     to its vector address, or to one address per lane when it is strided). ``mapped`` holds the new form of every
     node outside the loop that the body reads."""
-    def __init__(self, loop: _Loop, number: int, builder: _Builder, mapped: dict[UOp, UOp], vector_regs: dict[UOp, UOp]):
-        self.loop, self.first, self.b, self.mapped, self.vector_regs = loop, number * loop.lanes, builder, mapped, vector_regs
+    def __init__(self, loop: _Loop, number: int, index_math: _IndexMath, mapped: dict[UOp, UOp], vector_regs: dict[UOp, UOp]):
+        self.loop, self.first, self.b, self.mapped, self.vector_regs = loop, number * loop.lanes, index_math, mapped, vector_regs
         v, rng = loop.lanes, loop.rng
         self.lane: dict[UOp, Any] = {rng: UOp(Ops.VECTORIZE, rng.dtype.vec(v), tuple(UOp.const(rng.dtype, self.first + i) for i in range(v)))}
         self.memo: dict[UOp, UOp] = {}                                    # index math at the chunk's first lane
@@ -402,10 +401,10 @@ EXPANSIONS = {Ops.INDEX: _expand_index, Ops.LOAD: _expand_load, Ops.STORE: _expa
 def _rewrite_loop(loop: _Loop, mapped: dict[UOp, UOp], vector_regs: dict[UOp, UOp]) -> None:
     """Expand ``loop``'s body chunk by chunk (W/V chunks of V lanes); ``loop.stores`` gets each STORE's vector (or
     per-lane) stores, which the loop's collectors take instead."""
-    builder = _Builder(loop, vector_regs)
+    index_math = _IndexMath(loop)
     loop.stores = {u: [] for u in loop.body if u.op is Ops.STORE}
     for number in range(loop.rng.src[0].arg // loop.lanes):
-        chunk = _Chunk(loop, number, builder, mapped, vector_regs)
+        chunk = _Chunk(loop, number, index_math, mapped, vector_regs)
         for u in loop.body:
             if u in loop.index_math: continue
             made = EXPANSIONS.get(u.op, _expand_value)(chunk, u)
