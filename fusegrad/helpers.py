@@ -106,6 +106,11 @@ def getenv(key: str, default: Any = 0) -> Any:
     if value is None: return default
     return type(default)(value)
 
+def cpu_count() -> int:
+    """The CPU threads a kernel runs on (OpenMP on the CPU device, the LLVM runtime's pool): THREADS, else the
+    CPUs this process may use."""
+    return max(1, getenv("THREADS", len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
 class ContextVar:
     """A named flag whose value comes from the environment and can be changed by ``Context``."""
     registry: dict[str, "ContextVar"] = {}

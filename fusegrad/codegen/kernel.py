@@ -68,16 +68,21 @@ def shared_memory_bytes(ast: UOp) -> int:
             total += prod(range_size(r) for r in grouped_partial_slots(ast, red)) * red.dtype.itemsize
     return total
 
-def free_ranges(node: UOp) -> set[UOp]:
-    """The ranges ``node`` depends on that no REDUCE inside it has closed."""
+def open_ranges(root: UOp) -> dict[UOp, frozenset[UOp]]:
+    """Every node under ``root`` mapped to the ranges it depends on that no REDUCE or END inside it has closed
+    (before lowering, a REDUCE closes its ranges; after, an END does)."""
     ctx: dict[UOp, frozenset] = {}
-    for x in node.toposort:
+    for x in root.toposort:
         found = frozenset().union(*(ctx[s] for s in x.src)) if x.src else frozenset()
         if x.op is Ops.RANGE: found = found | {x}
         if x.op is Ops.REDUCE: found = found - set(x.src[1:])
         if x.op is Ops.END: found = found - {s for s in x.src if s.op is Ops.RANGE}
         ctx[x] = found
-    return set(ctx[node])
+    return ctx
+
+def free_ranges(node: UOp) -> set[UOp]:
+    """The ranges ``node`` depends on that no REDUCE inside it has closed."""
+    return set(open_ranges(node)[node])
 
 def loop_nesting(sink: UOp) -> dict[UOp, frozenset[UOp]]:
     """Every RANGE of ``sink`` mapped to all the loops it runs inside.

@@ -16,7 +16,7 @@ own END when it closes a loop.
 from __future__ import annotations
 import heapq
 from fusegrad.uop.ops import UOp, Ops
-from fusegrad.codegen.kernel import loop_nesting
+from fusegrad.codegen.kernel import loop_nesting, open_ranges
 
 def linearize(sink: UOp) -> list[UOp]:
     """Order ``sink``'s graph for a renderer (see docs/linear_uops.md). The SINK itself is omitted."""
@@ -26,10 +26,7 @@ def linearize(sink: UOp) -> list[UOp]:
     except ValueError as e: raise RuntimeError(f"linearize: {e}") from None
     context: dict[UOp, frozenset[UOp]] = {}
     closed_context: dict[frozenset, frozenset] = {}   # (few distinct contexts: close each once)
-    for x in order:
-        ctx = frozenset().union(*(context[s] for s in x.src)) if x.src else frozenset()
-        if x.op is Ops.RANGE: ctx = ctx | {x}
-        if x.op is Ops.END: ctx = ctx - set(s for s in x.src if s.op is Ops.RANGE)
+    for x, ctx in open_ranges(sink).items():
         if ctx not in closed_context: closed_context[ctx] = ctx.union(*(nesting[r] for r in ctx))
         context[x] = closed_context[ctx]
 

@@ -41,7 +41,7 @@ from typing import Any
 from fusegrad.dtype import dtypes
 from fusegrad.uop.ops import UOp, Ops, AxisType, GroupOp
 from fusegrad.uop.alu import exec_alu
-from fusegrad.codegen.kernel import loop_nesting
+from fusegrad.codegen.kernel import loop_nesting, open_ranges
 
 LANE_DTYPES = (dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bool)
 REGISTER_DTYPES = (dtypes.float32, dtypes.int32, dtypes.uint32)   # registers that may become arrays of vectors
@@ -230,18 +230,12 @@ def _candidate_loops(sink: UOp, max_lanes: int) -> list[_Loop]:
     order = list(sink.toposort)
     nesting = loop_nesting(sink)
     enclosing = set().union(*nesting.values())   # ranges some other loop runs inside
-    # each node's open ranges, as the linearizer sees them: its sources', its own RANGE, less what an END closes
-    open_ranges: dict[UOp, frozenset] = {}
-    for x in order:
-        found = frozenset().union(*(open_ranges[s] for s in x.src)) if x.src else frozenset()
-        if x.op is Ops.RANGE: found = found | {x}
-        if x.op is Ops.END: found = found - {s for s in x.src if s.op is Ops.RANGE}
-        open_ranges[x] = found
+    inside = open_ranges(sink)   # (each node's open loops, as the linearizer sees them before the nesting closure)
     loops = []
     for r in order:
         if r.op is not Ops.RANGE or r.arg[1] is not AxisType.UPCAST or r in enclosing or r.src[0].op is not Ops.CONST: continue
         if (lanes := _lanes(r.src[0].arg, max_lanes)) is None: continue
-        loops.append(loop := _Loop(r, [x for x in order if x is not r and x is not sink and r in open_ranges[x]], lanes))
+        loops.append(loop := _Loop(r, [x for x in order if x is not r and x is not sink and r in inside[x]], lanes))
         loop.enclosing = tuple(sorted(nesting[r], key=lambda e: e.arg[0]))
     # the body's results leave the loop only as the stores an END (or the kernel's SINK) collects
     users: dict[UOp, list[UOp]] = {}

@@ -5,10 +5,10 @@ device's libraries; a program loads its object into a small MCJIT engine and cal
 ``DEV=LLVM`` (or ``CPU:LLVM``, tinygrad's spelling, or ``LLVM=1``) selects it. Needs ``pip install llvmlite``.
 """
 from __future__ import annotations
-import ctypes, os, threading, time
+import ctypes, threading, time
 from concurrent.futures import ThreadPoolExecutor
 from fusegrad.device import Compiled, Compiler, CompileError, MallocAllocator
-from fusegrad.helpers import getenv
+from fusegrad.helpers import getenv, cpu_count
 from fusegrad.renderer.llvmir import LLVMRenderer
 
 try: import llvmlite.binding as llvm
@@ -69,10 +69,6 @@ def _register_runtime_functions() -> None:
     for name in HALF_RUNTIME_FUNCTIONS:
         if (function := getattr(libgcc, name, None)) is not None: llvm.add_symbol(name, ctypes.cast(function, ctypes.c_void_p).value)
 
-def thread_count() -> int:
-    """The cores a threaded kernel runs on: THREADS, else the CPUs this process may use."""
-    return max(1, getenv("THREADS", len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
-
 _pools: dict[int, ThreadPoolExecutor] = {}
 _pool_lock = threading.Lock()
 
@@ -105,7 +101,7 @@ class LLVMProgram:
         start = time.perf_counter() if wait else 0.0
         if not self.threaded: self.fxn(*args)
         else:
-            cores = thread_count()
+            cores = cpu_count()
             others = [_thread_pool(cores - 1).submit(self.fxn, *args, core, cores) for core in range(1, cores)] if cores > 1 else []
             self.fxn(*args, 0, cores)
             for share in others: share.result()

@@ -28,7 +28,7 @@ def test_threaded_kernels_split_the_outer_loop_over_cores(cores, monkeypatch, rn
     """THREAD on LLVM: the kernel takes (core, cores) and runs a contiguous share of the outer loop; the runtime calls
     it once per core. Shares of a 10-row loop over 3 cores are 4, 4, 2; over 16 cores most are empty."""
     import fusegrad.runtime.ops_llvm as ops_llvm
-    monkeypatch.setattr(ops_llvm, "thread_count", lambda: cores)
+    monkeypatch.setattr(ops_llvm, "cpu_count", lambda: cores)
     x = rng.standard_normal((10, 48)).astype(np.float32)
     w = rng.standard_normal((48, 32)).astype(np.float32)
     item = (Tensor(x, device=LLVM) @ Tensor(w, device=LLVM)).schedule()[-1]

@@ -6,17 +6,13 @@ a renderer with tensor cores uses them for a reduce they compute. Hardware numbe
 budget, staging memory) come from the renderer (renderer/__init__.py), not from literals here.
 """
 from __future__ import annotations
-import os
 from typing import Any
-from fusegrad.helpers import USE_TC, TC_OPT, prod, getenv
+from fusegrad.helpers import USE_TC, TC_OPT, prod, getenv, cpu_count
 from fusegrad.uop.ops import UOp, Ops, AxisType
 from fusegrad.codegen.kernel import range_size, kernel_axes, ranges_in, loads_depending_on, address_stride
 from fusegrad.codegen.opt.actions import Opt, OptOps, KernelOptError, apply_opt, staged_loads
 from fusegrad.codegen.opt.tc import tensor_core_choices
 from fusegrad.codegen.opt.gpu_heuristic import gpu_optimizations
-
-def cpu_count() -> int:
-    return max(1, getenv("THREADS", len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 def _largest_divisor(size, options: tuple[int, ...]) -> int | None:
     if not isinstance(size, int): return None
