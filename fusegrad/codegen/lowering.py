@@ -49,7 +49,9 @@ def lower_reduces(sink: UOp) -> UOp:
     next_id = 1 + max(x.arg[0] for x in sink.toposort if x.op is Ops.RANGE)
     nesting = loop_nesting(sink)
     mapping: dict[UOp, UOp] = {}
-    for reg_number, red in enumerate(reduces):
+    # (register numbers after those of the panels OptOps.PACK made)
+    first_register = 1 + max((x.arg for x in sink.toposort if x.op is Ops.DEFINE_REG), default=-1)
+    for reg_number, red in enumerate(reduces, start=first_register):
         value, *own = red.src
         value = value.substitute(mapping) if mapping else value
         own = list(own)

@@ -68,6 +68,7 @@ class RendererOptions:
     vector_registers: int               # vector registers a register tile's accumulators may fill
     scalar_accumulators: int            # scalar accumulators a register tile may hold when its column fills no vector
     stage_max_bytes: int                # staged copies per kernel without shared memory (OptOps.STAGE on the CPU)
+    pack_max_bytes: int                 # a thread's packed panels (OptOps.PACK on the CPU, on its stack)
     workgroup_threads: int              # threads per workgroup the GPU heuristic aims for
     thread_accumulators: int            # accumulators of a GPU thread's register tile
     filling_outputs: int                # outputs below which a long reduce is split over a workgroup (GROUP)
@@ -102,6 +103,9 @@ class Renderer:
     vector_registers: int = 16       # accumulators of a register tile, in vector registers (AVX-512 has 32; half, measured)
     scalar_accumulators: int = 160   # accumulators of a register tile whose column fills no vector (measured on AVX-512)
     stage_max_bytes: int = 1 << 20   # staged copies per kernel on the CPU (stack up to 64 KB, else heap)
+    # a thread's packed panels (OptOps.PACK): on its stack (OpenMP private arrays, an LLVM alloca); a 512 KB panel is
+    # a 32-column slice of a 4096-deep weight and still fits the L2 cache it is meant to stream from
+    pack_max_bytes: int = 1 << 19
     # the GPU heuristic's (codegen/opt/gpu_heuristic.py) hardware numbers; GPU_LOCAL_THREADS overrides the first
     workgroup_threads: int = getenv("GPU_LOCAL_THREADS", 128)
     thread_accumulators: int = 16    # accumulators per thread (registers: a 4x4 tile)
@@ -135,7 +139,7 @@ class Renderer:
             has_threads=self.has_threads, local_max=None if self.local_max is None else tuple(self.local_max),
             local_max_threads=self.local_max_threads, shared_max=self.shared_max, max_vector_bytes=self.max_vector_bytes,
             vector_registers=self.vector_registers, scalar_accumulators=self.scalar_accumulators, stage_max_bytes=self.stage_max_bytes,
-            workgroup_threads=self.workgroup_threads, thread_accumulators=self.thread_accumulators, filling_outputs=self.filling_outputs,
+            pack_max_bytes=self.pack_max_bytes, workgroup_threads=self.workgroup_threads, thread_accumulators=self.thread_accumulators, filling_outputs=self.filling_outputs,
             vector_loops=self.vector_loops, vector_gathers=self.vector_gathers,
             vector_dtypes=self.vector_dtypes, native_transcendentals=self.native_transcendentals, gpu_heuristic=self.gpu_heuristic,
             tensor_cores=tuple(self.tensor_cores), **dict(zip(CODEGEN_FLAGS, flags)))

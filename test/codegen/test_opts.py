@@ -334,6 +334,76 @@ def test_stage_matches_unoptimized(device):
         assert len(stages) == 1 + (Opt(S, 0) in opts) + (Opt(S, 4) in opts), (opts, stages)
         np.testing.assert_allclose(_run(item, opts, device), reference, rtol=1e-5, atol=1e-5, err_msg=str(opts))
 
+def _linear(m, k, n, transposed=True):
+    """``(x @ w.T + b).gelu()`` (an nn.Linear's layout, w is (out, in)) or, with ``transposed=False``, ``x @ w``."""
+    def build(device):
+        rng = np.random.default_rng(m * 7 + n)
+        x = Tensor(rng.standard_normal((m, k)).astype(np.float32), device=device).realize()
+        if not transposed: return x @ Tensor(rng.standard_normal((k, n)).astype(np.float32), device=device).realize()
+        w = Tensor(rng.standard_normal((n, k)).astype(np.float32), device=device).realize()
+        return (x @ w.T + Tensor(rng.standard_normal(n).astype(np.float32), device=device).realize()).gelu()
+    return build
+
+K, W, T = OptOps.PACK, OptOps.SWAP, OptOps.THREAD
+# axes: rows 24, columns 64 | the reduce 40 (60 columns in the padded case)
+# (opts, the elements of the panel of the matmul's operand: 40 reduce steps x the tile's lanes along the packed loop)
+PACK_CASES = [
+    ([Opt(U, 0, 8), Opt(U, 1, 32), Opt(W, 0, 1), Opt(K, 0)], 40 * 32),                # the heuristic's packed tile
+    ([Opt(U, 0, 4), Opt(U, 1, 16), Opt(K, 0)], 40 * 4),                                # rows outside: x's row block is packed
+    ([Opt(U, 0, 8), Opt(U, 1, 32), Opt(W, 0, 1), Opt(K, 0), Opt(R, 2, 4)], 40 * 32),   # the panel's reads unrolled after packing
+    ([Opt(U, 1, 16), Opt(U, 1, 2), Opt(W, 0, 1), Opt(K, 0)], 40 * 32),                 # two upcasts of the column: both in the panel
+    ([Opt(U, 0, 8), Opt(U, 1, 32), Opt(W, 0, 1), Opt(T, 0, 2), Opt(K, 0)], 40 * 32),   # packing a THREAD loop
+]
+
+@pytest.mark.parametrize("transposed", [True, False])
+def test_pack_matches_unoptimized(transposed):
+    device = native_device()
+    item = _kernel(_linear(24, 40, 64, transposed), device)
+    reference = _run(item, [], device)
+    for opts, panel in PACK_CASES[:-1] + (PACK_CASES[-1:] if Device[device].renderer.has_threads else []):
+        program = get_program(item.ast, Device[device].renderer, opts)
+        assert list(program.applied_opts) == opts
+        assert panel in [u.dtype.size for u in program.uops if u.op is Ops.DEFINE_REG], opts
+        np.testing.assert_allclose(_run(item, opts, device), reference, rtol=1e-4, atol=1e-4, err_msg=str(opts))
+
+def test_pack_copies_padded_columns_as_zeros():
+    device = native_device()
+    item = _kernel(_linear(24, 40, 60), device)   # 60 columns padded to 64: the panel's last 4 lanes read the gate's zeros
+    opts = [Opt(P, 1, 32), Opt(U, 0, 8), Opt(U, 1, 32), Opt(W, 0, 1), Opt(K, 0)]
+    np.testing.assert_allclose(_run(item, opts, device)[:24 * 60], _run(item, [], device)[:24 * 60], rtol=1e-4, atol=1e-4)
+
+def test_pack_panel_is_private_to_each_thread():
+    # the panel is filled inside the OpenMP loop: a shared one would be overwritten by the other threads' column blocks
+    x, w = Tensor.ones(128, 96).contiguous().realize(), Tensor.ones(256, 96).contiguous().realize()
+    opts = [Opt(U, 0, 8), Opt(U, 1, 32), Opt(W, 0, 1), Opt(K, 0), Opt(T, 0, 2)]
+    src = get_program((x @ w.T).schedule()[-1].ast, Device["CPU"].renderer, opts).src
+    assert "float acc0[3072];" in src and "private(" in src and "acc0" in src.split("private(")[1].split(")")[0], src
+
+def test_pack_errors():
+    x, w = Tensor.ones(128, 96).contiguous().realize(), Tensor.ones(256, 96).contiguous().realize()
+    ast = (x @ w.T).schedule()[-1].ast
+    cpu = Device["CPU"].renderer
+    tiled = apply_opt(apply_opt(apply_opt(ast, Opt(U, 0, 8), cpu), Opt(U, 1, 32), cpu), Opt(W, 0, 1), cpu)
+    with pytest.raises(KernelOptError, match="outermost loop"): apply_opt(tiled, Opt(K, 1), cpu)
+    with pytest.raises(KernelOptError, match="no tile operand"): apply_opt(ast, Opt(K, 0), cpu)   # nothing upcast: no tile operand
+    with pytest.raises(KernelOptError, match="STAGE"): apply_opt(tiled, Opt(K, 0), Device["PYTHON"].renderer)
+    # a panel bigger than the renderer's limit is refused, not spilled
+    from fusegrad.renderer.cstyle import ClangRenderer
+    class SmallPanels(ClangRenderer): pack_max_bytes = 1024
+    with pytest.raises(KernelOptError, match="1024-byte panel"): apply_opt(tiled, Opt(K, 0), SmallPanels())
+
+def test_heuristic_packs_linear_weights():
+    def opts(m, k, n, transposed=True):
+        x, w = Tensor.ones(m, k).contiguous().realize(), Tensor.ones(*((n, k) if transposed else (k, n))).contiguous().realize()
+        return _opts_on((x @ (w.T if transposed else w)).schedule()[-1].ast, "CPU")
+    packed = [Opt(U, 0, 8), Opt(U, 1, 32), Opt(W, 0, 1), Opt(K, 0)]
+    assert opts(128, 768, 3072)[:4] == packed                # GPT-2's MLP Linear: 16 row blocks reuse each panel
+    assert opts(1024, 1024, 1024, transposed=False)[:4] == packed   # x @ w: only big matrices (rows far apart)
+    assert Opt(K, 0) not in opts(128, 768, 3072, transposed=False)   # x @ w with 128 rows: the copy isn't repaid
+    assert Opt(K, 0) not in opts(32, 768, 3072)              # 4 row blocks: the dot-product tile
+    assert Opt(K, 0) not in opts(128, 8192, 256)             # a 1 MB panel is over the limit: the dot-product tile
+    assert Opt(R, 2, 16) in opts(128, 8192, 256)
+
 @pytest.mark.parametrize("device", [native_device(), "PYTHON"])
 def test_unroll_replaces_the_range_everywhere(device):
     # BatchNorm's mean over (batch, y, x): after UNROLL of the batch and of y, x's loop is nested in
@@ -586,22 +656,22 @@ def test_group_in_a_multi_output_kernel():
         np.testing.assert_allclose(item.bufs[1].numpy(), x.numpy().max(1), err_msg=str(opts))
 
 def test_heuristic_dot_product_tile_puts_the_longer_axis_outside():
-    # x @ w.T with w (out, in) as nn.Linear stores it: both inputs run along the reduce, so a dot-product tile
-    # (4 x 4 outputs, 16 partial-sum lanes). The weight's axis (3072) is longer than x's rows (128): its loop goes
-    # outside, so each 4-row piece of the 9.4 MB weight is read once and x streams from cache
-    x, w = Tensor.ones(128, 768).contiguous().realize(), Tensor.ones(3072, 768).contiguous().realize()
-    item = (x @ w.T).schedule()[-1]
-    opts = _opts_on(item.ast, "CPU")
+    # x @ w.T with w (out, in) as nn.Linear stores it, and too few rows of x to repay packing w (32 rows: 4 row
+    # blocks): both inputs run along the reduce, so a dot-product tile (4 x 4 outputs, 16 partial-sum lanes). The
+    # weight's axis (3072) is longer than x's rows: its loop goes outside, so each 4-row piece of the 9.4 MB weight
+    # is read once and x streams from cache
+    x, w = Tensor.ones(32, 768).contiguous().realize(), Tensor.ones(3072, 768).contiguous().realize()
+    opts = _opts_on((x @ w.T).schedule()[-1].ast, "CPU")
     assert opts[:4] == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 2, 16), Opt(OptOps.SWAP, 0, 1)], opts
     # the other way round (more rows than weight rows) keeps the row loop outside
-    assert not any(o.op is OptOps.SWAP for o in _opts_on((w @ x.T).schedule()[-1].ast, "CPU"))
+    assert not any(o.op is OptOps.SWAP for o in _opts_on((w[:64] @ x.T).schedule()[-1].ast, "CPU"))
     # and the swapped tile computes the product
     rng = np.random.default_rng(3)
-    a, b = rng.standard_normal((64, 48)).astype(np.float32), rng.standard_normal((256, 48)).astype(np.float32)
+    a, b = rng.standard_normal((16, 48)).astype(np.float32), rng.standard_normal((256, 48)).astype(np.float32)
     item = _kernel(lambda device: Tensor(a, device=device).realize() @ Tensor(b, device=device).realize().T, "CPU")
     opts = _opts_on(item.ast, "CPU")
-    assert Opt(OptOps.SWAP, 0, 1) in opts, opts
-    np.testing.assert_allclose(_run(item, opts, "CPU").reshape(64, 256), a @ b.T, rtol=1e-4, atol=1e-4)
+    assert Opt(OptOps.SWAP, 0, 1) in opts and Opt(OptOps.UNROLL, 2, 16) in opts, opts
+    np.testing.assert_allclose(_run(item, opts, "CPU").reshape(16, 256), a @ b.T, rtol=1e-4, atol=1e-4)
 
 def test_heuristic_widths_come_from_the_renderer():
     # the heuristic's vector widths are the renderer's (max_vector_bytes), not AVX-512 literals: a 32-byte (AVX2)

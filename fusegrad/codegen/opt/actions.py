@@ -17,6 +17,7 @@ UPCAST ranges end up innermost: the reduce that computes them keeps one accumula
 | NOLOCALS| (no axis)    | launch without workgroups (``idx`` launch indices, no local size); later LOCAL/GROUP are illegal |
 | GATHER  | (no axis)    | vector loops (codegen/vectorize.py) gather/scatter non-contiguous lanes even where the renderer's ``vector_gathers`` policy wouldn't |
 | STAGE   | any axis     | copy each small input read along the axis, once per kernel call, into a buffer where the axis is innermost (contiguous) |
+| PACK    | outermost axis | copy each input read along that loop, once per iteration, into a thread's own panel laid out in the tile's order |
 | TC      | (a choice)   | run the reduce on a matrix instruction the renderer declares (``tc.py``); ``arg`` is tc_opt |
 
 LOCAL/GROUP/GROUPTOP/NOLOCALS need a renderer with ``has_local`` (and GROUP ``has_shared``); PADTO works
@@ -38,6 +39,17 @@ wide, which no 16-lane vector divides) become broadcast rows. On the CPU the sta
 shared by its threads (stack or heap, at most ``renderer.stage_max_bytes``); on GPU-style renderers it is
 shared memory, filled by every thread before a barrier.
 
+PACK is the other half of a big matmul's cache blocking (BLIS's packed B panel), for ``x @ w.T``, the form of
+every Linear layer: the weight rows are contiguous along the reduce, so a register tile whose vector runs
+along the output features would gather its lanes. PACK copies, at the start of each iteration of the
+outermost loop (one column block: 32 output features), that block's slice of every input that depends on
+the loop into a panel in the tile's own order, upcast axes innermost: ``panel[k][j] = w[n0 + j][k]``.
+The tile then reads the panel contiguously, as it reads the B operand of ``x @ w``, and the copy is repaid
+by every row block that reuses the panel (GPT-2's 128-row Linear: 16 row blocks). The panel belongs to
+the thread running the iteration (a DEFINE_REG: an OpenMP private array, an LLVM alloca), so the
+outermost loop can be THREAD; at most ``renderer.pack_max_bytes``. CPU renderers only: workgroup
+renderers stage through shared memory (STAGE).
+
 A RANGE carries only its trip count: where it runs in the loop nest is derived from the kernel's structure
 when it is needed (``loop_nesting`` in codegen/kernel.py), so an action rewrites ranges without repairing
 the loops around them.
@@ -50,7 +62,7 @@ from fusegrad.dtype import dtypes
 from fusegrad.helpers import prod
 from fusegrad.uop.ops import UOp, Ops, AxisType
 from fusegrad.codegen.kernel import kernel_info, range_size, AXIS_RANK, kernel_axes, next_range_id, local_axes, \
-    shared_memory_bytes, free_ranges, ranges_in
+    shared_memory_bytes, free_ranges, ranges_in, address_stride
 from fusegrad.codegen.lowering import identity_value, launch_groups, slot_index
 
 class KernelOptError(Exception):
@@ -58,7 +70,7 @@ class KernelOptError(Exception):
 
 class OptOps(Enum):
     UPCAST = auto(); UNROLL = auto(); LOCAL = auto(); GROUP = auto(); GROUPTOP = auto(); PADTO = auto()
-    THREAD = auto(); NOLOCALS = auto(); SWAP = auto(); TC = auto(); STAGE = auto(); GATHER = auto()
+    THREAD = auto(); NOLOCALS = auto(); SWAP = auto(); TC = auto(); STAGE = auto(); GATHER = auto(); PACK = auto()
     def __repr__(self) -> str: return f"OptOps.{self.name}"
 
 @dataclass(frozen=True)
@@ -129,6 +141,10 @@ def apply_opt(ast: UOp, opt: Opt, renderer) -> UOp:
         new = pad_range(ast, rng, amount)
     elif opt.op is OptOps.STAGE:
         new = _stage(ast, rng, renderer)
+    elif opt.op is OptOps.PACK:
+        if renderer.has_local: raise KernelOptError(f"PACK makes per-thread panels of CPU loops; the {renderer.device} renderer stages with STAGE")
+        if opt.axis != 0 or kind not in (AxisType.GLOBAL, AxisType.LOOP, AxisType.THREAD): raise KernelOptError("PACK packs per iteration of the outermost loop (axis 0)")
+        new = _pack(ast, rng, renderer)
     else: raise KernelOptError(f"{opt.op.name} is not supported here")
     return _check_launch(new, renderer)
 
@@ -271,6 +287,51 @@ def _stage(ast: UOp, rng: UOp, renderer) -> UOp:
         fill = buffer.index(slot_index(copies)).store(load.substitute(dict(zip(order, copies))))
         filled = UOp(Ops.BARRIER, dtypes.void, (buffer, UOp(Ops.END, dtypes.void, (fill,) + tuple(copies))))
         mapping[load] = buffer.index(slot_index(order)).load(filled)
+    return ast.substitute(mapping)
+
+def packed_loads(ast: UOp, rng: UOp, renderer) -> list[tuple[UOp, list[UOp]]]:
+    """The loads PACK copies per iteration of ``rng``, each with its panel's slot order: inputs whose address
+    moves along ``rng`` and along some UPCAST range (a tile operand), over constant-size ranges, while the panels
+    fit ``renderer.pack_max_bytes``. The order is the load's other ranges by id, then its UPCAST ranges by id, so
+    the tile's vector lanes are contiguous."""
+    written = {x.src[0].src[0] for x in ast.toposort if x.op is Ops.STORE and x.src[0].op is Ops.INDEX}
+    room = renderer.pack_max_bytes - sum(x.dtype.size * x.dtype.base.itemsize for x in ast.toposort if x.op is Ops.DEFINE_REG)
+    chosen: list[tuple[UOp, list[UOp]]] = []
+    for load in ast.toposort:
+        if load.op is not Ops.LOAD or load.src[0].op is not Ops.INDEX or load.src[0].src[0].op is not Ops.PARAM: continue
+        ranges = ranges_in(load.src[0])
+        if load.src[0].src[0] in written or rng not in ranges or not any(r.arg[1] is AxisType.UPCAST for r in ranges): continue
+        if any(r.arg[1] is AxisType.STAGE or not isinstance(range_size(r), int) for r in ranges): continue
+        order = sorted([r for r in ranges if r is not rng and r.arg[1] is not AxisType.UPCAST], key=lambda r: r.arg[0]) + \
+            sorted([r for r in ranges if r.arg[1] is AxisType.UPCAST], key=lambda r: r.arg[0])
+        size = prod(range_size(r) for r in order) * load.dtype.itemsize
+        if size > room: continue
+        room -= size
+        chosen.append((load, order))
+    return chosen
+
+def _pack(ast: UOp, rng: UOp, renderer) -> UOp:
+    """Pack every load ``packed_loads`` picks (see the module doc). A packed load ``buf[f(rng, r1..rn)]`` becomes
+    ``panel[slot(r1..rn)]``; the panel is filled by loops over fresh STAGE ranges that depend on ``rng`` only, so
+    they run at the start of each of its iterations, and the reads wait for the END that closes them."""
+    packed = packed_loads(ast, rng, renderer)
+    if not packed:
+        raise KernelOptError(f"PACK: no tile operand read along axis {rng.arg[0]} fits a {renderer.pack_max_bytes}-byte panel")
+    next_id = next_range_id(ast)
+    number = 1 + max((x.arg for x in ast.toposort if x.op is Ops.DEFINE_REG), default=-1)
+    mapping: dict[UOp, UOp] = {}
+    for load, order in packed:
+        # the copy loops nest by id: the one along which the input's address moves least goes innermost, so the
+        # copy reads along the memory (``x @ w``'s rows of 32 columns, ``x @ w.T``'s weight rows along k)
+        def stride(r: UOp) -> float: return abs(s) if (s := address_stride(load.src[0], r)) is not None else float("inf")
+        ids = {r: next_id + i for i, r in enumerate(sorted(order, key=stride, reverse=True))}
+        copies = [UOp(Ops.RANGE, dtypes.index, (r.src[0],), (ids[r], AxisType.STAGE)) for r in order]
+        next_id += len(order)
+        panel = UOp(Ops.DEFINE_REG, load.dtype.ptr(prod(range_size(r) for r in order)), (), number)
+        number += 1
+        fill = panel.index(slot_index(copies)).store(load.substitute(dict(zip(order, copies))))
+        loops = tuple(sorted(copies, key=lambda r: r.arg[0]))
+        mapping[load] = panel.index(slot_index(order)).load(UOp(Ops.END, dtypes.void, (fill,) + loops))
     return ast.substitute(mapping)
 
 def _zero_when_padded(value: UOp, rng: UOp) -> bool:

@@ -32,6 +32,7 @@ def candidate_actions(ast: UOp, renderer) -> list[Opt]:
     actions += [Opt(OptOps.UNROLL, axis, amount) for axis in range(min(n_axes, 6)) for amount in (4, 8, 16)]
     actions += [Opt(OptOps.SWAP, axis, other) for axis in range(min(n_axes, 4)) for other in range(axis + 1, min(n_axes, 4))]
     actions += [Opt(OptOps.STAGE, axis) for axis in range(min(n_axes, 4))]
+    if not renderer.has_local: actions.append(Opt(OptOps.PACK, 0))
     if renderer.tensor_cores: actions += _tensor_core_actions(ast, renderer)
     if renderer.has_threads and cpu_count() > 1: actions.append(Opt(OptOps.THREAD, 0, cpu_count()))
     if renderer.vector_loops and renderer.vector_gathers == "register_tiles": actions.append(Opt(OptOps.GATHER))
