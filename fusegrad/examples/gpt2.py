@@ -136,10 +136,15 @@ class Transformer:
         tensor input and one JIT capture serves greedy and sampled decoding alike. ``noise`` holds
         the uniform u's (bsz, vocab); it comes from the caller so every replay gets fresh numbers.
         """
-        # only the last position's logits are sampled: project just that row. The vocab projection of
-        # every prompt position (128 x 768 x 50257) was most of a 128-token prefill (0.75 of 2.3 s of kernels)
-        last = self.hidden(tokens, start_pos)[:, -1, :]
-        return decoding.sample(self.lm_head(self.ln_f(last)), temperature, noise)
+        # sampling is inference: nothing here is differentiated, so realizes record no autograd origins
+        # (Tensor.no_grad, as tinygrad's examples set it; 128-token prefill: ~30 ms of Python less)
+        no_grad, Tensor.no_grad = Tensor.no_grad, True
+        try:
+            # only the last position's logits are sampled: project just that row. The vocab projection of
+            # every prompt position (128 x 768 x 50257) was most of a 128-token prefill (0.75 of 2.3 s of kernels)
+            last = self.hidden(tokens, start_pos)[:, -1, :]
+            return decoding.sample(self.lm_head(self.ln_f(last)), temperature, noise)
+        finally: Tensor.no_grad = no_grad
 
     def __call__(self, tokens: Tensor, start_pos: int | UOp, temperature: Tensor, noise: Tensor) -> Tensor:
         # the jitted path needs a fixed input shape (one token) and a Variable position (start_pos >= 1)

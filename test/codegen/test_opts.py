@@ -403,6 +403,20 @@ def test_heuristic_packs_linear_weights():
     assert Opt(K, 0) not in opts(32, 768, 3072)              # 4 row blocks: the dot-product tile
     assert Opt(K, 0) not in opts(128, 8192, 256)             # a 1 MB panel is over the limit: the dot-product tile
     assert Opt(R, 2, 16) in opts(128, 8192, 256)
+    # attention's q @ k.T per head (a short 64-step reduce, where the dot-product tile's lane sums cost more than the
+    # products): the head loop is outermost already, so each head's 128 keys x 64 are one panel
+    q, k = Tensor.ones(1, 12, 128, 64).contiguous().realize(), Tensor.ones(1, 12, 128, 64).contiguous().realize()
+    item = (q @ k.transpose(-1, -2)).schedule()[-1]
+    assert _opts_on(item.ast, "CPU")[:3] == [Opt(U, 1, 8), Opt(U, 2, 32), Opt(K, 0)]
+
+def test_pack_per_batch_element_matches_numpy():
+    rng = np.random.default_rng(4)
+    q, k = rng.standard_normal((3, 40, 24)).astype(np.float32), rng.standard_normal((3, 64, 24)).astype(np.float32)
+    device = native_device()
+    item = _kernel(lambda d: Tensor(q, device=d).realize() @ Tensor(k, device=d).realize().transpose(-1, -2), device)
+    opts = [Opt(U, 1, 8), Opt(U, 2, 32), Opt(K, 0)]
+    assert 24 * 64 in [u.dtype.size for u in get_program(item.ast, Device[device].renderer, opts).uops if u.op is Ops.DEFINE_REG]
+    np.testing.assert_allclose(_run(item, opts, device).reshape(3, 40, 64), q @ k.transpose(0, 2, 1), rtol=1e-4, atol=1e-4)
 
 @pytest.mark.parametrize("device", [native_device(), "PYTHON"])
 def test_unroll_replaces_the_range_everywhere(device):

@@ -233,15 +233,18 @@ def _packed_tile(ast: UOp, globals_: list[UOp], loads: list[UOp], renderer) -> l
     walks B's rows a matrix width apart. Measured (2 cores, AVX-512): 128x768 @ (3072x768).T 4.9 -> 3.6 ms,
     2048 ``x @ w.T`` 141 -> 80 ms and ``x @ w`` 106 -> 79 ms (205-218 GFLOPS). Only when the panel is reused by
     enough row blocks to repay the copy and fits ``renderer.pack_max_bytes``; else None."""
-    if len(globals_) != 2 or renderer.has_local or not renderer.vector_loops: return None
+    if len(globals_) not in (2, 3) or renderer.has_local or not renderer.vector_loops: return None
     tile = _register_tile(globals_, loads, renderer)
-    if len(tile) != 2 or [rng for rng, _ in tile] != globals_: return None
+    if len(tile) != 2 or [rng for rng, _ in tile] != globals_[-2:]: return None
     (row, rows), (column, columns) = tile
     # a column operand already contiguous along the columns (``x @ w``) gains from its panel only when a big matrix's
     # rows lie far apart (2048: 106 -> 79 ms; 1024: 11.1 -> 10.2 ms): the copy costs more than it saves for 128 rows
     contiguous = all(address_stride(ld.src[0], column) == 1 for ld in loads_depending_on(loads, column))
     if columns % float_lanes(renderer) or not isinstance(range_size(row), int) or range_size(row) // rows < (64 if contiguous else 8): return None
-    choices = [(row, rows, OptOps.UPCAST), (column, columns, OptOps.UPCAST), (row, column, OptOps.SWAP), (column, 0, OptOps.PACK)]
+    # a batch of matmuls (attention's heads) packs per batch element, the outermost loop already: its panel is the
+    # whole column operand of one matmul (q @ k.T's 128 keys x 64: 32 KB); a single matmul packs per column block
+    choices = [(row, rows, OptOps.UPCAST), (column, columns, OptOps.UPCAST)]
+    choices += [(row, column, OptOps.SWAP), (column, 0, OptOps.PACK)] if len(globals_) == 2 else [(globals_[0], 0, OptOps.PACK)]
     try:
         for opt in _as_opts(kernel_axes(ast), choices): ast = apply_opt(ast, opt, renderer)
     except KernelOptError: return None   # (no panel fits)
