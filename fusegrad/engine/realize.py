@@ -229,26 +229,19 @@ def precompile(schedule: list) -> None:
     if _compile_pool is None: _compile_pool = concurrent.futures.ThreadPoolExecutor(workers)
     batches: list[tuple[list[tuple[tuple, ProgramSpec]], concurrent.futures.Future]] = []
     waiting: dict[str, list[tuple[tuple, ProgramSpec]]] = {}   # device -> generated kernels not submitted yet
-    def submit(chunks: list[list[tuple[tuple, ProgramSpec]]]) -> None:
-        for chunk in chunks:
-            device = chunk[0][1].device
+    def submit(device: str, parts: int) -> None:
+        for chunk in _balanced(waiting.pop(device, []), parts):
             batches.append((chunk, _compile_pool.submit(_timed_compile_batch, Device[device].compiler, [p for _, p in chunk])))
-    # A compiler process costs ~40 ms to start and to parse its headers, so kernels go to it in batches of at least
-    # an eighth of them. While this thread generates code (one core), one batch at a time compiles on the others;
-    # the oldest kernels go first and a batch never takes more than its share, so no single batch grows into the
-    # step's long pole. Once all code is generated, what waits is split into a few balanced chunks per core,
-    # largest first: the pool's threads take them as they free up, and the last to finish is a small chunk.
     progress, min_batch, unsaved = CompileProgress(len(todo)), max(1, len(todo) // 8), []
     for shared_key, (device, ast) in todo.items():
         with profile.span("codegen", "codegen"):
             program = _program(device, ast, unsaved)
-        queue = waiting.setdefault(device, [])
-        queue.append((shared_key, program))
-        if len(queue) >= min_batch and sum(not future.done() for _, future in batches) < max(1, workers - 1):
-            submit([queue[:min_batch]])
-            del queue[:min_batch]
-    for device, queue in waiting.items():
-        submit(sorted(_balanced(queue, min(2 * workers, -(-len(queue) // min_batch))), key=lambda c: -sum(len(p.src) for _, p in c)))
+        waiting.setdefault(device, []).append((shared_key, program))
+        # this thread generates code on one core; what it made since the last batch goes to the compiler when a
+        # compiler slot is free and at least an eighth of the kernels wait (a compiler process costs ~40 ms to start:
+        # about eight batches keep codegen and compiling overlapped without paying it per kernel)
+        if len(waiting[device]) >= min_batch and sum(not future.done() for _, future in batches) < max(1, workers - 1): submit(device, 1)
+    for device in list(waiting): submit(device, workers)   # the rest, split over every core
     program_cache.store_many(unsaved)   # (while the compilers run)
     for chunk, future in batches:
         for (shared_key, program), lib in zip(chunk, future.result()):

@@ -345,6 +345,10 @@ def _linear(m, k, n, transposed=True):
     return build
 
 K, W, T = OptOps.PACK, OptOps.SWAP, OptOps.THREAD
+
+def _loop_device() -> str:
+    """The device PACK runs on: the compiled backend when it runs loops (CPU, LLVM), else CPU (under DEV=CL)."""
+    return "CPU" if Device[native_device()].renderer.has_local else native_device()
 # axes: rows 24, columns 64 | the reduce 40 (60 columns in the padded case)
 # (opts, the elements of the panel of the matmul's operand: 40 reduce steps x the tile's lanes along the packed loop)
 PACK_CASES = [
@@ -357,7 +361,7 @@ PACK_CASES = [
 
 @pytest.mark.parametrize("transposed", [True, False])
 def test_pack_matches_unoptimized(transposed):
-    device = native_device()
+    device = _loop_device()
     item = _kernel(_linear(24, 40, 64, transposed), device)
     reference = _run(item, [], device)
     for opts, panel in PACK_CASES[:-1] + (PACK_CASES[-1:] if Device[device].renderer.has_threads else []):
@@ -367,7 +371,7 @@ def test_pack_matches_unoptimized(transposed):
         np.testing.assert_allclose(_run(item, opts, device), reference, rtol=1e-4, atol=1e-4, err_msg=str(opts))
 
 def test_pack_copies_padded_columns_as_zeros():
-    device = native_device()
+    device = _loop_device()
     item = _kernel(_linear(24, 40, 60), device)   # 60 columns padded to 64: the panel's last 4 lanes read the gate's zeros
     opts = [Opt(P, 1, 32), Opt(U, 0, 8), Opt(U, 1, 32), Opt(W, 0, 1), Opt(K, 0)]
     np.testing.assert_allclose(_run(item, opts, device)[:24 * 60], _run(item, [], device)[:24 * 60], rtol=1e-4, atol=1e-4)
@@ -412,7 +416,7 @@ def test_heuristic_packs_linear_weights():
 def test_pack_per_batch_element_matches_numpy():
     rng = np.random.default_rng(4)
     q, k = rng.standard_normal((3, 40, 24)).astype(np.float32), rng.standard_normal((3, 64, 24)).astype(np.float32)
-    device = native_device()
+    device = _loop_device()
     item = _kernel(lambda d: Tensor(q, device=d).realize() @ Tensor(k, device=d).realize().transpose(-1, -2), device)
     opts = [Opt(U, 1, 8), Opt(U, 2, 32), Opt(K, 0)]
     assert 24 * 64 in [u.dtype.size for u in get_program(item.ast, Device[device].renderer, opts).uops if u.op is Ops.DEFINE_REG]
