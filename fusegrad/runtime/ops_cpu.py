@@ -9,6 +9,9 @@ from fusegrad.renderer.cstyle import ClangRenderer
 # OpenMP threads sleep between kernels instead of spinning: spinning wins a few microseconds on
 # an idle machine but wastes whole time slices when the cores are shared (tests, other programs)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# A packed panel (OptOps.PACK, up to renderer.pack_max_bytes = 512 KB) is an OpenMP private array on each thread's
+# stack: worker threads get 8 MB whatever the C library's default (glibc: 8 MB, musl: 128 KB)
+os.environ.setdefault("OMP_STACKSIZE", "8M")
 
 def _compiler_command() -> list[str]:
     return [os.environ.get("CC", "cc")]
