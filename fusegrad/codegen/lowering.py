@@ -304,18 +304,22 @@ def emulate_bfloat16(sink: UOp) -> UOp:
     if not any(x.dtype.scalar() == dtypes.bfloat16 or (x.dtype.base.scalar() == dtypes.bfloat16) for x in sink.toposort):
         return sink
     bf16, f32 = dtypes.bfloat16, dtypes.float32
-    def fix_param(p: UOp) -> UOp | None:   # (buffers and staged copies hold the 16-bit patterns)
+    # (buffers, staged copies and packed panels hold the 16-bit patterns; accumulators come later, in lower_reduces)
+    memory = (Ops.PARAM, Ops.DEFINE_LOCAL, Ops.DEFINE_REG)
+    def fix_param(p: UOp) -> UOp | None:
         if p.dtype.base != bf16: return None
         return p.replace(dtype=dtypes.uint16.ptr(p.dtype.size, local=p.dtype.local))
     def fix_load(ld: UOp, idx: UOp) -> UOp | None:
-        if ld.dtype != bf16 or idx.op is not Ops.INDEX or idx.src[0].op not in (Ops.PARAM, Ops.DEFINE_LOCAL): return None
+        if ld.dtype != bf16 or idx.op is not Ops.INDEX or idx.src[0].op not in memory: return None
         bits_index = idx.replace(dtype=dtypes.uint16.ptr(idx.dtype.size, local=idx.dtype.local))
         return _bf16_bits_to_float(UOp(Ops.LOAD, dtypes.uint16, (bits_index,) + ld.src[1:]))
     def fix_store(st: UOp, idx: UOp, val: UOp) -> UOp | None:
-        if idx.op is not Ops.INDEX or idx.src[0].op not in (Ops.PARAM, Ops.DEFINE_LOCAL) or idx.dtype.base != bf16: return None
+        if idx.op is not Ops.INDEX or idx.src[0].op not in memory or idx.dtype.base != bf16: return None
         # the new store indexes the buffer as uint16 bits, so this rule doesn't match it again
         bits_index = idx.replace(dtype=dtypes.uint16.ptr(idx.dtype.size, local=idx.dtype.local))
-        return UOp(Ops.STORE, dtypes.void, (bits_index, _float_to_bf16_bits(val)) + st.src[2:])
+        # a copy (a packed panel's fill, a contiguous copy) stores the loaded bits as they were
+        bits = val.src[0].src[0].src[0] if _is_bf16_widened(val) else _float_to_bf16_bits(val)
+        return UOp(Ops.STORE, dtypes.void, (bits_index, bits) + st.src[2:])
     def fix_cast(c: UOp, x: UOp) -> UOp | None:
         # sources are already rewritten, so a former bfloat16 source is float32 by now
         return _round_to_bf16(x.cast(f32)) if c.dtype == bf16 else None
@@ -334,7 +338,7 @@ def emulate_bfloat16(sink: UOp) -> UOp:
         if x.dtype == f32 and b.dtype.itemsize == 2: return _float_to_bf16_bits(x).bitcast(b.dtype)
         return None
     rules = PatternMatcher([
-        (UPat((Ops.PARAM, Ops.DEFINE_LOCAL), name="p"), fix_param),
+        (UPat(memory, name="p"), fix_param),
         (UPat(Ops.LOAD, name="ld", src=(UPat.var("idx"),), allow_any_len=True), fix_load),
         (UPat(Ops.STORE, name="st", src=(UPat.var("idx"), UPat.var("val")), allow_any_len=True), fix_store),
         (UPat(Ops.CAST, name="c", src=(UPat.var("x"),)), fix_cast),

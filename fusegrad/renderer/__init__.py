@@ -139,7 +139,8 @@ class Renderer:
             has_threads=self.has_threads, local_max=None if self.local_max is None else tuple(self.local_max),
             local_max_threads=self.local_max_threads, shared_max=self.shared_max, max_vector_bytes=self.max_vector_bytes,
             vector_registers=self.vector_registers, scalar_accumulators=self.scalar_accumulators, stage_max_bytes=self.stage_max_bytes,
-            pack_max_bytes=self.pack_max_bytes, workgroup_threads=self.workgroup_threads, thread_accumulators=self.thread_accumulators, filling_outputs=self.filling_outputs,
+            pack_max_bytes=self.pack_max_bytes, workgroup_threads=self.workgroup_threads, thread_accumulators=self.thread_accumulators,
+            filling_outputs=self.filling_outputs,
             vector_loops=self.vector_loops, vector_gathers=self.vector_gathers,
             vector_dtypes=self.vector_dtypes, native_transcendentals=self.native_transcendentals, gpu_heuristic=self.gpu_heuristic,
             tensor_cores=tuple(self.tensor_cores), **dict(zip(CODEGEN_FLAGS, flags)))

@@ -370,6 +370,19 @@ def test_pack_matches_unoptimized(transposed):
         assert panel in [u.dtype.size for u in program.uops if u.op is Ops.DEFINE_REG], opts
         np.testing.assert_allclose(_run(item, opts, device), reference, rtol=1e-4, atol=1e-4, err_msg=str(opts))
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int32"])
+def test_pack_panels_of_other_dtypes(dtype):
+    # the panel holds the input's own elements (bfloat16 as its 16-bit patterns, copied without a round trip)
+    from fusegrad import dtypes
+    device, dt = _loop_device(), getattr(dtypes, dtype)
+    rng = np.random.default_rng(6)
+    a, b = rng.integers(-4, 4, (24, 40)).astype(np.float32), rng.integers(-4, 4, (64, 40)).astype(np.float32)
+    with Context(TC=0):
+        item = _kernel(lambda d: (Tensor(a, device=d).cast(dt).realize() @ Tensor(b, device=d).cast(dt).realize().T).cast(dtypes.float32), device)
+        program = get_program(item.ast, Device[device].renderer, PACK_CASES[0][0])
+        assert 40 * 32 in [u.dtype.size for u in program.uops if u.op is Ops.DEFINE_REG]
+        np.testing.assert_array_equal(_run(item, PACK_CASES[0][0], device).reshape(24, 64), a @ b.T)
+
 def test_pack_copies_padded_columns_as_zeros():
     device = _loop_device()
     item = _kernel(_linear(24, 40, 60), device)   # 60 columns padded to 64: the panel's last 4 lanes read the gate's zeros

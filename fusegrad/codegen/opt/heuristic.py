@@ -251,9 +251,10 @@ def _packed_tile(ast: UOp, globals_: list[UOp], loads: list[UOp], renderer) -> l
     return choices
 
 def _reduce_choices(ast: UOp, renderer, globals_: list[UOp], reduces: list[UOp], loads: list[UOp]) -> list[tuple[UOp, int, OptOps]]:
-    """The first strategy that fits a reduce kernel, as (axis, amount, action) choices:
-    a register tile over packed panels (a big enough matmul), a dot-product tile (inputs contiguous along the reduce), a channel-vector tile (convs), the usual
-    register tile (matmul), row tiles for column reductions, or partial-sum lanes for a long reduce."""
+    """The first strategy that fits a reduce kernel, as (axis, amount, action) choices: a register tile over
+    packed panels (a big enough matmul), a dot-product tile (inputs contiguous along the reduce), a channel-vector
+    tile (convs), the usual register tile (matmul), row tiles for column reductions, or partial-sum lanes for a
+    long reduce."""
     lanes = renderer.max_vector_bytes // 4 if renderer.vector_loops else 0
     tiled = len(globals_) >= 2 and len(loads) >= 2
     if lanes and tiled and (packed := _packed_tile(ast, globals_, loads, renderer)): return packed
