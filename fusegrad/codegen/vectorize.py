@@ -54,7 +54,7 @@ MEMORY_DTYPES = REGISTER_DTYPES + (dtypes.float16,) + NARROW_INT_DTYPES
 HALF_OPS = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE, Ops.MULACC,
             Ops.NEG, Ops.RECIPROCAL}
 VALUE_OPS = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR,
-             Ops.SHL, Ops.SHR, Ops.WHERE, Ops.MULACC, Ops.NEG, Ops.RECIPROCAL, Ops.IDIV, Ops.MOD, Ops.CAST, Ops.BITCAST}
+             Ops.SHL, Ops.SHR, Ops.WHERE, Ops.MULACC, Ops.NEG, Ops.RECIPROCAL, Ops.IDIV, Ops.MOD, Ops.CAST, Ops.BITCAST, Ops.SQRT}
 MAX_CHUNKS = 4
 
 class _Reject(Exception): pass
@@ -159,7 +159,7 @@ class _Loop:
             if any(x.dtype == dtypes.bool for x in u.src[1 if u.op is Ops.WHERE else 0:]) and \
                     u.op not in (Ops.AND, Ops.OR, Ops.XOR, Ops.CMPNE, Ops.CMPEQ, Ops.NEG, Ops.WHERE, Ops.CAST):
                 raise _Reject(f"{u.op} on bools")
-            if u.op is Ops.RECIPROCAL and not dtypes.is_float(u.dtype): raise _Reject("integer reciprocal")
+            if u.op in (Ops.RECIPROCAL, Ops.SQRT) and not dtypes.is_float(u.dtype): raise _Reject(f"integer {u.op.name.lower()}")
         for buf, indexes in stored.items():
             if accessed[buf] != indexes or len(indexes) != 1: raise _Reject("a written buffer read at another address")
         # where lane-by-lane access pays is the target's call (Renderer.vector_gathers). On the CPU it pays where the

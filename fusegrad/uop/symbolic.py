@@ -342,9 +342,27 @@ def _cmplt_const_right(x: UOp, c: UOp) -> UOp | None:
     """Integer g*S + k0 < d  ->  S < ceil((d-k0)/g) for g > 0, (floor((d-k0)/g)) < S for g < 0."""
     if (d := _cval(c)) is None or (parts := _linear_parts(x)) is None: return None
     s, g, k0 = parts
-    if g > 0: return s < UOp.const(s.dtype, _ceil_div(d - k0, g))
+    if g > 0:
+        bound = _ceil_div(d - k0, g)
+        return outer if (outer := _drop_remainder(s, bound)) is not None else s < UOp.const(s.dtype, bound)
     # -|g|*S < e  <=>  S > -e/|g|  <=>  floor(-e/|g|) < S, with e = d - k0
     return UOp.const(x.dtype, (k0 - d) // -g) < s
+
+def _drop_remainder(x: UOp, d: int) -> UOp | None:
+    """Integer c*A + R < d, where every term of A's part has a coefficient divisible by c, 0 <= R < c and c divides
+    d: A < d/c. A flat index compared with a multiple of its outermost stride asks only about the outer ranges
+    (``r0*262144 + r1*512 + r2*16 + r3 < 262144`` is ``r0 < 1``: a gate that no longer varies along r3's vector lanes)."""
+    if (flat := linear_terms(x)) is None or flat[1] != 0 or len(terms := flat[0]) < 2: return None
+    for stride in sorted({abs(k) for k in terms.values()}, reverse=True):
+        if stride < 2 or d % stride: continue
+        outer = {b: k // stride for b, k in terms.items() if k % stride == 0}
+        rest = {b: k for b, k in terms.items() if k % stride}
+        if not outer or not rest: continue
+        remainder = _build_sum(rest, 0, x.dtype)
+        low, high = remainder.vmin, remainder.vmax
+        if isinstance(low, int) and isinstance(high, int) and 0 <= low and high < stride:
+            return _build_sum(outer, 0, x.dtype) < UOp.const(x.dtype, d // stride)
+    return None
 
 def _cmplt_const_left(c: UOp, x: UOp) -> UOp | None:
     """Integer d < g*S + k0  ->  floor((d-k0)/g) < S for g > 0, S < ceil((k0-d)/|g|) for g < 0."""

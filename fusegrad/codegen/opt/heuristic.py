@@ -8,7 +8,7 @@ budget, staging memory) come from the renderer (renderer/__init__.py), not from 
 from __future__ import annotations
 from typing import Any
 from fusegrad.helpers import USE_TC, TC_OPT, prod, getenv, cpu_count
-from fusegrad.uop.ops import UOp, Ops, AxisType
+from fusegrad.uop.ops import UOp, Ops, AxisType, GroupOp
 from fusegrad.codegen.kernel import range_size, kernel_axes, ranges_in, loads_depending_on, address_stride
 from fusegrad.codegen.opt.actions import Opt, OptOps, KernelOptError, apply_opt, staged_loads
 from fusegrad.codegen.opt.tc import tensor_core_choices
@@ -342,7 +342,10 @@ def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
         choices += ([(globals_[-1], lanes, OptOps.PADTO)] if padded else []) + [(globals_[-1], lanes, OptOps.UPCAST)]
     opts = _as_opts(axes, choices)
     threads = cpu_count()
-    # threads pay off only when a kernel runs well above the cost of waking them (~tens of us)
+    # threads pay off only when a kernel runs well above the cost of waking them (~tens of us). An elementwise
+    # kernel's work is its elements times its cost per element: random numbers (threefry: ~100 integer ops per
+    # element; Box-Muller's log, sqrt and cos polynomials) are worth threads at a quarter million elements
+    if not reduce_nodes: work *= max(1, sum(1 for x in ast.toposort if x.op in GroupOp.ALU) // 16)
     if renderer.has_threads and threads > 1 and globals_ and work >= getenv("THREAD_MIN_WORK", 1 << 20):
         first = next((g for g in globals_ if all(g is not c[0] or c[1] != range_size(g) for c in choices)), None)
         outer = range_size(first) // next((c[1] for c in choices if c[0] is first and c[2] is OptOps.UPCAST), 1) if first is not None and isinstance(range_size(first), int) else 0
