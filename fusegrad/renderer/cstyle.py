@@ -150,7 +150,8 @@ class CStyleLanguage(Renderer):
         if op is Ops.RECIPROCAL: return f"({self.render_const(1.0, dtype.scalar())}/{s[0]})"
         if op is Ops.SQRT:   # C has no vector sqrt: a loop over the lanes, which gcc (-fno-math-errno) makes one vsqrtps
             vec, sqrt = self.render_dtype(dtype), "__builtin_sqrt" if dtype.scalar() == dtypes.float64 else "__builtin_sqrtf"
-            return f"({{ {vec} x_ = {_strip(s[0])}, r_; for (int i_ = 0; i_ < {dtype.count}; i_++) r_[i_] = {sqrt}(x_[i_]); r_; }})"
+            # (doubly parenthesized: a statement expression must keep its own parentheses where callers strip a pair)
+            return f"(({{ {vec} x_ = {_strip(s[0])}, r_; for (int i_ = 0; i_ < {dtype.count}; i_++) r_[i_] = {sqrt}(x_[i_]); r_; }}))"
         if op is Ops.NEG: return f"(-{s[0]})"
         if op is Ops.MULACC: return f"(({s[0]}*{s[1]})+{s[2]})"
         infix = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==",

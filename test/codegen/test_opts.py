@@ -704,6 +704,17 @@ def test_heuristic_dot_product_tile_puts_the_longer_axis_outside():
     assert Opt(OptOps.SWAP, 0, 1) in opts and Opt(OptOps.UNROLL, 2, 16) in opts, opts
     np.testing.assert_allclose(_run(item, opts, "CPU").reshape(16, 256), a @ b.T, rtol=1e-4, atol=1e-4)
 
+def test_heuristic_threads_costly_elementwise_kernels(monkeypatch):
+    # an elementwise kernel's work is elements x ops per element: random bits (threefry, ~100 integer ops per element)
+    # over a quarter million elements get threads, a cheap op over as many elements doesn't
+    from fusegrad.codegen.opt import heuristic
+    monkeypatch.setattr(heuristic, "cpu_count", lambda: 2)
+    x = Tensor.ones(512, 512).contiguous().realize()
+    cheap = next(i.ast for i in (x * 2 + 1).schedule() if i.ast.op is Ops.SINK)
+    assert not any(o.op is OptOps.THREAD for o in _opts_on(cheap, "CPU"))
+    costly = [i.ast for i in Tensor.rand(512, 512).schedule() if i.ast.op is Ops.SINK][-1]
+    assert Opt(OptOps.THREAD, 0, 2) in _opts_on(costly, "CPU")
+
 def test_heuristic_widths_come_from_the_renderer():
     # the heuristic's vector widths are the renderer's (max_vector_bytes), not AVX-512 literals: a 32-byte (AVX2)
     # renderer gets 8-lane vectors and an 8 x 16 matmul tile where AVX-512 gets 16 lanes and 8 x 32

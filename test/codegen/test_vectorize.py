@@ -33,6 +33,12 @@ def _padded(m, n):
         return x.pad(((0, 0), (1, 1))) * 2 + 1
     return build
 
+def _sqrt(m, n):
+    def build(device):   # (Box-Muller's sqrt(-2 log u): a sqrt in the vector loop, its value stored as it is)
+        x = Tensor(np.random.default_rng(m).standard_normal((m, n)).astype(np.float32), device=device).realize()
+        return (x * x + 1).sqrt()
+    return build
+
 # (build, opts, lanes of the vector type expected, buffer expected to be read with a vector load)
 VECTOR_CASES = {
     "matmul_upcast_8x16": (_matmul(16, 24, 32), [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 16)], 16, "data2"),
@@ -43,6 +49,7 @@ VECTOR_CASES = {
     "elementwise_upcast_12": (_elementwise(16, 36), [Opt(OptOps.UPCAST, 1, 12)], 4, "data1"),
     "reduce_unroll_16": (_reduce(6, 64), [Opt(OptOps.UNROLL, 1, 16)], 16, "data1"),
     "conv_register_tile": (_conv(4, 8, 16), [Opt(OptOps.UPCAST, 3, 16)], 16, "data1"),
+    "sqrt_upcast_16": (_sqrt(8, 64), [Opt(OptOps.UPCAST, 1, 16)], 16, "data1"),
 }
 # kernels whose innermost loop must stay scalar: odd trip counts, strided access outside a register tile
 SCALAR_CASES = {

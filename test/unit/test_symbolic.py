@@ -207,6 +207,16 @@ class TestComparisons(unittest.TestCase):
         self.assertIs(simplify(x * 4 < 10), x < 3)     # 4x < 10 <=> x < ceil(10/4)
         self.assertIs(simplify(z * 4 < -6), z < -1)    # 4z < -6 <=> z < ceil(-6/4) == -1
         self.assertIs(simplify(x * 2 + y * 4 < 7), simplify(x + y * 2 < 4))
+    def test_lt_drops_the_remainder_under_a_stride(self):
+        # c*A + R < d with 0 <= R < c and c | d asks only about A: a flat index's bound check on its outer part
+        # (threefry's ``i < 262144`` over (2, 512, 512): the gate then doesn't vary along the inner vector lanes)
+        self.assertIs(simplify(y * 64 + x * 8 + x < 128), y < 2)        # x*9 is in 0..63: y*64 + that < 128 iff y < 2
+        self.assertIs(simplify(y * 8 + x + 5 < 21), y < 2)              # the constant moves to the bound first (8y + x < 16)
+        self.assertIs(simplify(i * 8 + y < 48), i < 6)
+        # not when the remainder can reach the stride (x*2 is up to 14 > 8), the bound isn't a multiple, or R can be negative
+        self.assertIs(simplify(y * 8 + x * 2 < 16), simplify(y * 4 + x < 8))
+        self.assertIn(x, simplify(y * 8 + x < 17).toposort)
+        self.assertIn(z, simplify(y * 16 + z < 32).toposort)
     def test_neg_lt(self):
         self.assertIs(simplify(-z < 2), UOp.const(dtypes.index, -2) < z)
         self.assertIs(simplify(UOp.const(dtypes.index, 2) < -z), z < -2)
