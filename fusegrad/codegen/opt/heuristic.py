@@ -240,7 +240,8 @@ def _packed_tile(ast: UOp, globals_: list[UOp], loads: list[UOp], renderer) -> l
     # a column operand already contiguous along the columns (``x @ w``) gains from its panel only when a big matrix's
     # rows lie far apart (2048: 106 -> 79 ms; 1024: 11.1 -> 10.2 ms): the copy costs more than it saves for 128 rows
     contiguous = all(address_stride(ld.src[0], column) == 1 for ld in loads_depending_on(loads, column))
-    if columns % float_lanes(renderer) or not isinstance(range_size(row), int) or range_size(row) // rows < (64 if contiguous else 8): return None
+    if columns % float_lanes(renderer) or not isinstance(range_size(row), int): return None
+    if range_size(row) // rows < (64 if contiguous else 8): return None   # (row blocks that reuse each panel)
     # a batch of matmuls (attention's heads) packs per batch element, the outermost loop already: its panel is the
     # whole column operand of one matmul (q @ k.T's 128 keys x 64: 32 KB); a single matmul packs per column block
     choices = [(row, rows, OptOps.UPCAST), (column, columns, OptOps.UPCAST)]
