@@ -40,6 +40,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="which frameworks to run")
     p.add_argument("--threads", type=int, default=2, help="threads per peer (OMP_NUM_THREADS, torch.set_num_threads, OPENBLAS_NUM_THREADS)")
     p.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048], help="matmul sizes N (N×N @ N×N)")
+    p.add_argument("--layouts", nargs="+", choices=["nn", "nt"], default=["nn", "nt"],
+                   help="matmul layouts: nn is a @ b, nt is a @ b.T with b stored (out, in) as a Linear layer's weight")
     p.add_argument("--beam-sizes", type=int, nargs="*", default=[512],
                    help="matmul sizes that also get a BEAM search (it compiles and times ~100 candidates a round, each "
                         "3 times: N=1024 took 352 s on a loaded 2-core machine, so it is opt-in: --beam-sizes 1024)")
@@ -72,18 +74,22 @@ def task_matmul(t: dict) -> dict:
     import numpy as np
     n, reps, fw_name = t["n"], t["reps"], t["framework"]
     an, bn = _inputs([(n, n), (n, n)])
+    # "nt": a @ b.T with b stored (out, in), as every Linear layer multiplies by its weight
+    transposed = t.get("layout", "nn") == "nt"
     ref = None
-    if t.get("check", True) and fw_name != "numpy": ref = an @ bn
+    if t.get("check", True) and fw_name != "numpy": ref = an @ (bn.T if transposed else bn)
     if fw_name == "numpy":
-        return {"t": median_time(lambda: an @ bn, reps, warmup=1)}
+        return {"t": median_time((lambda: an @ bn.T) if transposed else (lambda: an @ bn), reps, warmup=1)}
     if fw_name == "torch":
         torch = import_torch(t["threads"])
         a, b = torch.from_numpy(an), torch.from_numpy(bn)
+        if transposed: b = b.T
         err = _rel_err((a @ b).numpy(), ref)
         return {"t": median_time(lambda: a @ b, reps, warmup=1), "err": err}
     fw, Tensor, TinyJit, GC, *_rest, Device = import_framework(fw_name)
     sync = device_sync(Device)
     a, b = Tensor(an).realize(), Tensor(bn).realize()
+    if transposed: b = b.T   # (a view: the kernel reads the stored rows)
     if fw_name == "tinygrad":
         st = time.perf_counter(); out = (a @ b).realize(); sync(); first = time.perf_counter() - st
         err = _rel_err(out.numpy(), ref)
@@ -240,14 +246,14 @@ TASKS = {"matmul": task_matmul, "elementwise": task_elementwise, "mnist": task_m
 # ================================================================ parent
 
 def section_matmul(args, runner: ChildRunner) -> None:
-    for n in args.sizes:
+    for n, layout in [(n, layout) for layout in args.layouts for n in args.sizes]:
         flops = 2 * n ** 3
-        base = {"task": "matmul", "n": n, "reps": args.reps}
+        base = {"task": "matmul", "n": n, "reps": args.reps, "layout": layout}
         rows, errors, notes, results = [], [], [], []
         if "fusegrad" in args.peers:
-            results.append(("fusegrad heuristic (kernel only)", runner.run(base, "fusegrad", cache=runner.cache_dir(f"mm{n}_heur"))))
+            results.append(("fusegrad heuristic (kernel only)", runner.run(base, "fusegrad", cache=runner.cache_dir(f"mm{n}{layout}_heur"))))
             if n in (args.beam_sizes or []):
-                cache = runner.cache_dir(f"mm{n}_beam")
+                cache = runner.cache_dir(f"mm{n}{layout}_beam")
                 r1 = runner.run(dict(base, beam=args.beam), "fusegrad", cache=cache)
                 r2 = runner.run(dict(base, beam=args.beam), "fusegrad", cache=cache) if r1["ok"] else r1
                 results.append((f"fusegrad BEAM={args.beam} (kernel only)", r1))
@@ -271,7 +277,8 @@ def section_matmul(args, runner: ChildRunner) -> None:
                  "cached lookup + run; first = first realize in a new process with an empty cache (codegen + compile [+ search])",
                  "tinygrad: wall time of (a@b).realize() + synchronize (its schedule cache makes the overhead small at this size)",
                  "err = max |x - numpy| ÷ max |numpy| (float32)"] + notes
-        print_table(f"1. matmul fp32 {n}x{n} @ {n}x{n}", ["peer", "median ms", "GFLOPS", "÷ torch", "e2e ms", "first ms", "err"],
+        title = f"1. matmul fp32 {n}x{n} @ {n}x{n}" if layout == "nn" else f"1. matmul fp32 {n}x{n} @ ({n}x{n}).T (a Linear layer's layout)"
+        print_table(title, ["peer", "median ms", "GFLOPS", "÷ torch", "e2e ms", "first ms", "err"],
                     rows, notes + errors)
 
 def section_elementwise(args, runner: ChildRunner) -> None:
