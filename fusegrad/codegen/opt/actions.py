@@ -238,31 +238,48 @@ def pad_range(ast: UOp, rng: UOp, amount: int) -> UOp:
         mapping[red] = red.replace(src=(value,) + red.src[1:])
     return ast.substitute(mapping) if mapping else ast
 
-def staged_loads(ast: UOp, rng: UOp, renderer) -> list[tuple[UOp, list[UOp]]]:
-    """The loads STAGE copies along ``rng``, each with its slot order: inputs (not written by the kernel)
-    whose address moves along ``rng``, over constant-size ranges, while the copies fit the staging
-    memory. The order is: other loop ranges by id, then ``rng``, then UPCAST ranges, so ``rng`` (or
-    its upcast part) is contiguous."""
+def _copyable_loads(ast: UOp, rng: UOp, room: int, order_of) -> list[tuple[UOp, list[UOp]]]:
+    """The input loads (buffers the kernel doesn't write) whose address moves along ``rng``, over constant-size
+    ranges, each with the slot order of its copy (``order_of(ranges)``; None skips the load), taken in graph order
+    while their copies fit ``room`` bytes (STAGE and PACK choose their loads this way)."""
     written = {x.src[0].src[0] for x in ast.toposort if x.op is Ops.STORE and x.src[0].op is Ops.INDEX}
-    room = _staging_room(ast, renderer)
     chosen: list[tuple[UOp, list[UOp]]] = []
     for load in ast.toposort:
         if load.op is not Ops.LOAD or load.src[0].op is not Ops.INDEX or load.src[0].src[0].op is not Ops.PARAM: continue
         ranges = ranges_in(load.src[0])
         if load.src[0].src[0] in written or rng not in ranges: continue
         if any(r.arg[1] is AxisType.STAGE or not isinstance(range_size(r), int) for r in ranges): continue
-        order = sorted([r for r in ranges if r is not rng and r.arg[1] is not AxisType.UPCAST], key=lambda r: r.arg[0]) + [rng] + \
-            sorted([r for r in ranges if r is not rng and r.arg[1] is AxisType.UPCAST], key=lambda r: r.arg[0])
+        if (order := order_of(ranges)) is None: continue
         size = prod(range_size(r) for r in order) * load.dtype.itemsize
         if size > room: continue
         room -= size
         chosen.append((load, order))
     return chosen
 
+def _by_id(ranges) -> list[UOp]: return sorted(ranges, key=lambda r: r.arg[0])
+
+def staged_loads(ast: UOp, rng: UOp, renderer) -> list[tuple[UOp, list[UOp]]]:
+    """The loads STAGE copies along ``rng``, each with its slot order: inputs (not written by the kernel)
+    whose address moves along ``rng``, over constant-size ranges, while the copies fit the staging
+    memory. The order is: other loop ranges by id, then ``rng``, then UPCAST ranges, so ``rng`` (or
+    its upcast part) is contiguous."""
+    def order_of(ranges) -> list[UOp]:
+        others = [r for r in ranges if r is not rng]
+        return _by_id(r for r in others if r.arg[1] is not AxisType.UPCAST) + [rng] + _by_id(r for r in others if r.arg[1] is AxisType.UPCAST)
+    return _copyable_loads(ast, rng, _staging_room(ast, renderer), order_of)
+
 def _staging_room(ast: UOp, renderer) -> int:
     """Bytes left for staged copies: ``renderer.stage_max_bytes`` on the CPU, shared memory on GPU-style renderers."""
     limit = renderer.stage_max_bytes if not renderer.has_local else renderer.shared_max
     return limit - sum(x.dtype.size * x.dtype.base.itemsize for x in ast.toposort if x.op is Ops.DEFINE_LOCAL)
+
+def _copy(buffer: UOp, load: UOp, order: list[UOp], next_id: int) -> tuple[UOp, int]:
+    """``buffer[slot(order)] = load`` for every combination of ``order``'s ranges, over fresh STAGE ranges that nest
+    in ``order`` (the last innermost, so the copy writes along the buffer; gated loads copy their zeros too):
+    (the END that closes the copy, the next free range id)."""
+    copies = [UOp(Ops.RANGE, dtypes.index, (r.src[0],), (next_id + i, AxisType.STAGE)) for i, r in enumerate(order)]
+    fill = buffer.index(slot_index(copies)).store(load.substitute(dict(zip(order, copies))))
+    return UOp(Ops.END, dtypes.void, (fill,) + tuple(copies)), next_id + len(order)
 
 def _stage(ast: UOp, rng: UOp, renderer) -> UOp:
     """Stage every input load whose address moves along ``rng`` and that reads few enough elements
@@ -278,15 +295,10 @@ def _stage(ast: UOp, rng: UOp, renderer) -> UOp:
     next_id, number = next_range_id(ast), sum(1 for x in ast.toposort if x.op is Ops.DEFINE_LOCAL)
     mapping: dict[UOp, UOp] = {}
     for load, order in staged:
-        copies: list[UOp] = []
-        for r in order:
-            copies.append(UOp(Ops.RANGE, dtypes.index, (r.src[0],), (next_id, AxisType.STAGE)))
-            next_id += 1
         buffer = UOp(Ops.DEFINE_LOCAL, load.dtype.ptr(prod(range_size(r) for r in order), local=True), (), f"stage{number}")
         number += 1
-        fill = buffer.index(slot_index(copies)).store(load.substitute(dict(zip(order, copies))))
-        filled = UOp(Ops.BARRIER, dtypes.void, (buffer, UOp(Ops.END, dtypes.void, (fill,) + tuple(copies))))
-        mapping[load] = buffer.index(slot_index(order)).load(filled)
+        copied, next_id = _copy(buffer, load, order, next_id)
+        mapping[load] = buffer.index(slot_index(order)).load(UOp(Ops.BARRIER, dtypes.void, (buffer, copied)))
     return ast.substitute(mapping)
 
 def packed_loads(ast: UOp, rng: UOp, renderer) -> list[tuple[UOp, list[UOp]]]:
@@ -294,26 +306,18 @@ def packed_loads(ast: UOp, rng: UOp, renderer) -> list[tuple[UOp, list[UOp]]]:
     moves along ``rng`` and along some UPCAST range (a tile operand), over constant-size ranges, while the panels
     fit ``renderer.pack_max_bytes``. The order is the load's other ranges by id, then its UPCAST ranges by id, so
     the tile's vector lanes are contiguous."""
-    written = {x.src[0].src[0] for x in ast.toposort if x.op is Ops.STORE and x.src[0].op is Ops.INDEX}
+    def order_of(ranges) -> list[UOp] | None:
+        if not any(r.arg[1] is AxisType.UPCAST for r in ranges): return None
+        return _by_id(r for r in ranges if r is not rng and r.arg[1] is not AxisType.UPCAST) + _by_id(r for r in ranges if r.arg[1] is AxisType.UPCAST)
     room = renderer.pack_max_bytes - sum(x.dtype.size * x.dtype.base.itemsize for x in ast.toposort if x.op is Ops.DEFINE_REG)
-    chosen: list[tuple[UOp, list[UOp]]] = []
-    for load in ast.toposort:
-        if load.op is not Ops.LOAD or load.src[0].op is not Ops.INDEX or load.src[0].src[0].op is not Ops.PARAM: continue
-        ranges = ranges_in(load.src[0])
-        if load.src[0].src[0] in written or rng not in ranges or not any(r.arg[1] is AxisType.UPCAST for r in ranges): continue
-        if any(r.arg[1] is AxisType.STAGE or not isinstance(range_size(r), int) for r in ranges): continue
-        order = sorted([r for r in ranges if r is not rng and r.arg[1] is not AxisType.UPCAST], key=lambda r: r.arg[0]) + \
-            sorted([r for r in ranges if r.arg[1] is AxisType.UPCAST], key=lambda r: r.arg[0])
-        size = prod(range_size(r) for r in order) * load.dtype.itemsize
-        if size > room: continue
-        room -= size
-        chosen.append((load, order))
-    return chosen
+    return _copyable_loads(ast, rng, room, order_of)
 
 def _pack(ast: UOp, rng: UOp, renderer) -> UOp:
     """Pack every load ``packed_loads`` picks (see the module doc). A packed load ``buf[f(rng, r1..rn)]`` becomes
     ``panel[slot(r1..rn)]``; the panel is filled by loops over fresh STAGE ranges that depend on ``rng`` only, so
-    they run at the start of each of its iterations, and the reads wait for the END that closes them."""
+    they run at the start of each of its iterations, and the reads wait for the END that closes them. (The copy
+    writes along the panel: written 32 floats apart instead, reading w along its rows, the 96 KB panel's lines
+    thrash the L1 cache; a C benchmark of packing GPT-2's 3072x768 weight: 1.6-2.0 ms that way, 0.54 ms this way.)"""
     packed = packed_loads(ast, rng, renderer)
     if not packed:
         raise KernelOptError(f"PACK: no tile operand read along axis {rng.arg[0]} fits a {renderer.pack_max_bytes}-byte panel")
@@ -321,15 +325,10 @@ def _pack(ast: UOp, rng: UOp, renderer) -> UOp:
     number = 1 + max((x.arg for x in ast.toposort if x.op is Ops.DEFINE_REG), default=-1)
     mapping: dict[UOp, UOp] = {}
     for load, order in packed:
-        # the copy loops nest in the panel's order, so the copy writes the panel along its memory: written 32
-        # floats apart (reading w along its rows instead), the 96 KB panel's lines thrash the L1 cache (a C
-        # benchmark of packing GPT-2's 3072x768 weight: 1.6-2.0 ms that way, 0.54 ms this way)
-        copies = [UOp(Ops.RANGE, dtypes.index, (r.src[0],), (next_id + i, AxisType.STAGE)) for i, r in enumerate(order)]
-        next_id += len(order)
         panel = UOp(Ops.DEFINE_REG, load.dtype.ptr(prod(range_size(r) for r in order)), (), number)
         number += 1
-        fill = panel.index(slot_index(copies)).store(load.substitute(dict(zip(order, copies))))
-        mapping[load] = panel.index(slot_index(order)).load(UOp(Ops.END, dtypes.void, (fill,) + tuple(copies)))
+        copied, next_id = _copy(panel, load, order, next_id)
+        mapping[load] = panel.index(slot_index(order)).load(copied)
     return ast.substitute(mapping)
 
 def _zero_when_padded(value: UOp, rng: UOp) -> bool:
