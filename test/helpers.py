@@ -156,13 +156,14 @@ def _poison(buffer) -> None:
     else: pattern = np.full(buffer.nbytes, 0x5A, np.uint8)
     buffer.copyin(memoryview(pattern.tobytes()))
 
-def run_kernel(item, opts, device: str) -> list[np.ndarray]:
+def run_kernel(item, opts, device: str, renderer=None) -> list[np.ndarray]:
     """Run the kernel of schedule item ``item`` compiled with optimization actions ``opts`` ([] for none, None for
-    the heuristic's) on its buffers, and return copies of all its outputs (poisoned first, see ``_poison``)."""
+    the heuristic's) on its buffers, and return copies of all its outputs (poisoned first, see ``_poison``).
+    ``renderer`` (default: the device's) renders it: ``PythonRenderer("CUDA")`` runs CUDA's kernels on PYTHON."""
     from fusegrad import Device
     from fusegrad.codegen import get_program
     from fusegrad.engine.realize import CompiledRunner
-    program = get_program(item.ast, Device[device].renderer, opts)
+    program = get_program(item.ast, renderer or Device[device].renderer, opts)
     buffers = item.bufs
     for b in buffers: b.ensure_allocated()
     for b in item.outputs: _poison(b)

@@ -29,7 +29,7 @@ def range_size(r: UOp):
 
 # the order of axes in ``kernel_axes`` and ``colored_shape`` (tinygrad's: global, local, group, reduce, upcast)
 AXIS_RANK = {AxisType.GLOBAL: 0, AxisType.THREAD: 0, AxisType.LOOP: 0, AxisType.LOCAL: 1, AxisType.GROUP_REDUCE: 2,
-              AxisType.REDUCE: 3, AxisType.UPCAST: 4, AxisType.UNROLL: 5, AxisType.STAGE: 6}
+              AxisType.REDUCE: 3, AxisType.WARP: 4, AxisType.UPCAST: 5, AxisType.UNROLL: 6, AxisType.STAGE: 7}
 
 def kernel_axes(ast: UOp) -> list[UOp]:
     """The kernel's optimizable ranges: globals (and threads), then locals, then grouped reduce
@@ -48,14 +48,15 @@ def next_range_id(ast: UOp) -> int:
     return 1 + max((x.arg[0] for x in ast.toposort if x.op is Ops.RANGE), default=-1)
 
 def local_axes(ast: UOp) -> list[UOp]:
-    """The ranges that become local (workgroup) launch indices: LOCAL ranges, then GROUP_REDUCE ranges, each by id."""
-    ranges = [x for x in ast.toposort if x.op is Ops.RANGE and x.arg[1] in (AxisType.LOCAL, AxisType.GROUP_REDUCE)]
+    """The ranges that become local (workgroup) launch indices: LOCAL ranges, then GROUP_REDUCE ranges, each by id,
+    then a warp tensor core's WARP range (the innermost: local dim x, so a warp is 32 consecutive threads)."""
+    ranges = [x for x in ast.toposort if x.op is Ops.RANGE and x.arg[1] in (AxisType.LOCAL, AxisType.GROUP_REDUCE, AxisType.WARP)]
     return sorted(ranges, key=lambda r: (AXIS_RANK[r.arg[1]], r.arg[0]))
 
 def grouped_partial_slots(ast: UOp, red: UOp) -> list[UOp]:
     """The ranges that index the shared-memory buffer of grouped reduce ``red``: every LOCAL range,
     the reduce's own GROUP_REDUCE ranges, and the UPCAST ranges its partial sums depend on."""
-    local = sorted([x for x in ast.toposort if x.op is Ops.RANGE and x.arg[1] is AxisType.LOCAL], key=lambda r: r.arg[0])
+    local = sorted([x for x in ast.toposort if x.op is Ops.RANGE and x.arg[1] in (AxisType.LOCAL, AxisType.WARP)], key=lambda r: r.arg[0])
     groups = [r for r in red.src[1:] if r.arg[1] is AxisType.GROUP_REDUCE]
     upcasts = sorted([r for r in free_ranges(red.src[0]) if r.arg[1] is AxisType.UPCAST], key=lambda r: r.arg[0])
     return local + groups + upcasts

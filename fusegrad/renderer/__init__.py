@@ -11,16 +11,51 @@ from fusegrad.helpers import BEAM, NOOPT, VECTORIZE, USE_TC, TC_OPT, TRANSCENDEN
 from fusegrad.uop.ops import UOp, Ops, sym_infer
 
 @dataclass(frozen=True)
+class FragmentLayout:
+    """Where a warp's lanes keep the elements of one operand of a warp tensor core (``TensorCore.threads`` > 1).
+
+    An operand is a matrix with coordinates (row, col): (m, k) for ``a``, (k, n) for ``b``, (m, n) for ``c``.
+    Lane ``t`` of the warp holds ``elements`` of it, and the coordinates of its element ``e`` are made of the
+    bits of ``t`` and ``e``: bit ``b`` of the lane number is bit ``lane_bits[b][1]`` of coordinate
+    ``lane_bits[b][0]`` (0 row, 1 col), and likewise for ``element_bits``. Every (lane, element) pair names a
+    different point, so the lanes hold the whole matrix once (a permutation of its bits).
+
+    mma.m16n8k16's accumulator: lane t = 4*g + q holds (g, 2q), (g, 2q+1), (g+8, 2q), (g+8, 2q+1):
+
+    >>> c = FragmentLayout(lane_bits=((1, 1), (1, 2), (0, 0), (0, 1), (0, 2)), element_bits=((1, 0), (0, 3)))
+    >>> [c.coordinates(5, e) for e in range(4)]
+    [(1, 2), (1, 3), (9, 2), (9, 3)]
+    """
+    lane_bits: tuple[tuple[int, int], ...]
+    element_bits: tuple[tuple[int, int], ...]
+    @property
+    def elements(self) -> int: return 1 << len(self.element_bits)
+    def coordinates(self, lane: int, element: int) -> tuple[int, int]:
+        """(row, col) of ``element`` of the fragment that lane ``lane`` holds."""
+        place = [0, 0]
+        for number, bits in ((lane, self.lane_bits), (element, self.element_bits)):
+            for bit, (coordinate, position) in enumerate(bits): place[coordinate] |= ((number >> bit) & 1) << position
+        return place[0], place[1]
+
+@dataclass(frozen=True)
 class TensorCore:
     """A matrix instruction a backend declares: ``C[M x N] += A[M x K] @ B[K x N]`` on small fragments.
 
     ``OptOps.TC`` (codegen/opt/tc.py) turns a matching reduce into a ``WMMA`` uop per step of the
-    remaining reduce loop. Its sources, every fragment a vector in row-major order:
-    ``WMMA(a, b_0, .., b_{K-1}, c)`` with ``a`` of ``dtype_in.vec(M*K)`` (``a[m*K+k]``), one row
-    ``b_k`` of ``dtype_in.vec(N)`` per k, and the accumulator ``c`` of ``dtype_out.vec(M*N)``; the
-    result is ``c[m*N+n] + sum_k a[m*K+k] * b_k[n]``, the products exact and added in order
-    k = 0, 1, ... (hardware may round the additions in another order). bfloat16 fragments travel as their
-    16-bit patterns (codegen/lowering.py ``emulate_bfloat16``).
+    remaining reduce loop. Two kinds:
+
+    - **Per thread** (``threads`` 1: the CPU's ``vdpbf16ps``). Its sources, every fragment a vector in
+      row-major order: ``WMMA(a, b_0, .., b_{K-1}, c)`` with ``a`` of ``dtype_in.vec(M*K)`` (``a[m*K+k]``), one
+      row ``b_k`` of ``dtype_in.vec(N)`` per k, and the accumulator ``c`` of ``dtype_out.vec(M*N)``; the result
+      is ``c[m*N+n] + sum_k a[m*K+k] * b_k[n]``.
+    - **Per warp** (``threads`` 32: CUDA's ``mma.sync``). ``threads`` lanes of a workgroup, consecutive in
+      launch order (the kernel's ``AxisType.WARP`` range, always local dim x), run it together, each holding a
+      slice of every operand: ``WMMA(a, b, c)`` with ``a`` of ``dtype_in.vec(M*K/threads)``, ``b`` of
+      ``dtype_in.vec(K*N/threads)`` and ``c`` of ``dtype_out.vec(M*N/threads)``, the elements where
+      ``layout`` (a, b, c) says. Every lane of the warp must execute it (no divergence).
+
+    The products are exact and added in order k = 0, 1, ... (hardware may round the additions in another
+    order). bfloat16 fragments travel as their 16-bit patterns (codegen/lowering.py ``emulate_bfloat16``).
 
     >>> TensorCore(dims=(16, 1, 2), dtype_in=dtypes.bfloat16, dtype_out=dtypes.float32, name="bf16_16x1x2").fragment_lanes
     (2, 16, 16)
@@ -29,10 +64,18 @@ class TensorCore:
     dtype_in: DType
     dtype_out: DType
     name: str                    # the renderer's name for its instruction (a C helper function on the CPU)
+    threads: int = 1             # lanes that execute one instruction together (32: a warp)
+    layout: tuple[FragmentLayout, FragmentLayout, FragmentLayout] | None = None   # a, b, c of a warp instruction
+    def __post_init__(self):
+        n, m, k = self.dims
+        if self.threads > 1:
+            assert self.layout is not None and [1 << len(f.lane_bits) for f in self.layout] == [self.threads] * 3, "a warp layout per operand"
+            assert [f.elements * self.threads for f in self.layout] == [m * k, k * n, m * n], "the fragments hold the matrices"
     @property
     def fragment_lanes(self) -> tuple[int, int, int]:
-        """Lanes of the ``a`` fragment, of each ``b`` row, and of ``c``."""
+        """Lanes of the ``a`` fragment, of each ``b`` row (per thread) or the ``b`` fragment (per warp), and of ``c``."""
         n, m, k = self.dims
+        if self.layout is not None: return tuple(f.elements for f in self.layout)   # type: ignore[return-value]
         return m * k, n, m * n
     def __repr__(self) -> str: return f"TensorCore({self.name})"
 
@@ -77,6 +120,7 @@ class RendererOptions:
     vector_dtypes: tuple[DType, ...] | None   # scalar dtypes whose vectors the target takes (None: all vectorize.py makes)
     native_transcendentals: bool        # False: exp2/log2/sin are decomposed into polynomials
     gpu_heuristic: bool                 # workgroup defaults from codegen/opt/gpu_heuristic.py
+    flat_elementwise: bool              # the GPU heuristic leaves kernels without a reduce to the runtime's launch (CUDA)
     tensor_cores: tuple[TensorCore, ...]
     beam: int                           # the codegen flags (helpers.py ContextVars, CODEGEN_FLAGS), current values
     noopt: int
@@ -118,6 +162,7 @@ class Renderer:
     vector_dtypes: tuple[DType, ...] | None = None   # scalar dtypes whose vectors it takes; None: all codegen/vectorize.py makes
     native_transcendentals: bool = True   # False: exp2/log2/sin are decomposed into polynomials
     gpu_heuristic: bool = False      # workgroup renderers (OpenCL): codegen/opt/gpu_heuristic.py picks their opts
+    flat_elementwise: bool = False   # ... except for kernels without a reduce, whose blocks the runtime picks (CUDA's flat launch)
     tensor_cores: list[TensorCore] = []   # matrix instructions OptOps.TC may use (the first that matches)
     def render(self, name: str, uops: list[UOp]) -> str: raise NotImplementedError
     def __reduce__(self): return self.__class__, ()
@@ -143,7 +188,7 @@ class Renderer:
             filling_outputs=self.filling_outputs,
             vector_loops=self.vector_loops, vector_gathers=self.vector_gathers,
             vector_dtypes=self.vector_dtypes, native_transcendentals=self.native_transcendentals, gpu_heuristic=self.gpu_heuristic,
-            tensor_cores=tuple(self.tensor_cores), **dict(zip(CODEGEN_FLAGS, flags)))
+            flat_elementwise=self.flat_elementwise, tensor_cores=tuple(self.tensor_cores), **dict(zip(CODEGEN_FLAGS, flags)))
 
 @dataclass
 class ProgramSpec:

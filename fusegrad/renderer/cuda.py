@@ -23,7 +23,8 @@ from __future__ import annotations
 import copy, math, re
 from fusegrad.dtype import DType, PtrDType, dtypes
 from fusegrad.uop.ops import UOp, Ops, GroupOp
-from fusegrad.renderer.cstyle import CStyleLanguage
+from fusegrad.renderer import TensorCore, FragmentLayout
+from fusegrad.renderer.cstyle import CStyleLanguage, named_vector
 
 # Everything a kernel may use, ahead of it. ``half`` has two constructors (float and double) and no others,
 # so the renderer converts other types explicitly (an int would be ambiguous between them).
@@ -41,11 +42,44 @@ template <typename T, int N> struct fg_vec {
   __device__ __forceinline__ T& operator[](int i) { return v[i]; }
   __device__ __forceinline__ const T& operator[](int i) const { return v[i]; }
 };
+// (the one vector arithmetic codegen makes here: tensor core sums added up, after UNROLL of their reduce)
+template <typename T, int N> __device__ __forceinline__ fg_vec<T, N> operator+(fg_vec<T, N> a, const fg_vec<T, N>& b) {
+  for (int i = 0; i < N; i++) a[i] = a[i] + b[i];
+  return a;
+}
 template <typename To, typename From> __device__ __forceinline__ To fg_bitcast(From x) {
   static_assert(sizeof(To) == sizeof(From), "bitcast between types of different sizes");
   union { From from; To to; } u; u.from = x; return u.to;   // (CUDA defines union type punning)
 }
 """
+
+# ``mma.sync.aligned.m16n8k16.row.col`` (sm_80 and later): a warp multiplies a 16x16 A by a 16x8 B into 16x8
+# float sums. Lane t = 4*g + q (g = t // 4, q = t % 4) holds, per the PTX ISA's fragment tables:
+#   a: (g + 8*e1, 2q + e0 + 8*e2) for its elements e = 0..7 (bits e0, e1, e2), as four registers of two halves
+#   b: (2q + e0 + 8*e1, g)         for e = 0..3, two registers
+#   c: (g + 8*e1, 2q + e0)         for e = 0..3, four floats
+MMA_A = FragmentLayout(lane_bits=((1, 1), (1, 2), (0, 0), (0, 1), (0, 2)), element_bits=((1, 0), (0, 3), (1, 3)))
+MMA_B = FragmentLayout(lane_bits=((0, 1), (0, 2), (1, 0), (1, 1), (1, 2)), element_bits=((0, 0), (0, 3)))
+MMA_C = FragmentLayout(lane_bits=((1, 1), (1, 2), (0, 0), (0, 1), (0, 2)), element_bits=((1, 0), (0, 3)))
+MMA_TENSOR_CORES = [TensorCore(dims=(8, 16, 16), dtype_in=dtype_in, dtype_out=dtypes.float32, name=f"mma_m16n8k16_{name}_f32",
+                               threads=32, layout=(MMA_A, MMA_B, MMA_C))
+                    for dtype_in, name in ((dtypes.float16, "f16"), (dtypes.bfloat16, "bf16"))]
+
+# a register holds two 16-bit elements, the first in its low half (halves as their bits; bfloat16 already is bits)
+_PACK2 = r"""__device__ __forceinline__ unsigned fg_pack2(half lo, half hi) { return (unsigned)lo.bits | ((unsigned)hi.bits << 16); }
+__device__ __forceinline__ unsigned fg_pack2(unsigned short lo, unsigned short hi) { return (unsigned)lo | ((unsigned)hi << 16); }
+"""
+
+def mma_helper(tc: TensorCore) -> str:
+    """CUDA C of ``fg_wmma_<name>(a, b, c)``: one ``mma.sync`` of the warp (c is the running sum)."""
+    element = "half" if tc.dtype_in == dtypes.float16 else "unsigned short"   # bfloat16 fragments are bits
+    kind = "f16" if tc.dtype_in == dtypes.float16 else "bf16"
+    a_registers = ", ".join(f'"r"(fg_pack2(a[{2 * i}], a[{2 * i + 1}]))' for i in range(4))
+    b_registers = ", ".join(f'"r"(fg_pack2(b[{2 * i}], b[{2 * i + 1}]))' for i in range(2))
+    return (f"__device__ __forceinline__ fg_vec<float, 4> fg_wmma_{tc.name}(fg_vec<{element}, 8> a, fg_vec<{element}, 4> b, fg_vec<float, 4> c) {{\n"
+            f'  asm("mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};"\n'
+            f'      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : {a_registers}, {b_registers});\n'
+            "  return c;\n}\n")
 
 # exported by flat kernels (see the module doc); the runtime looks it up with cuModuleGetGlobal
 FLAT_LAUNCH_SYMBOL = "fg_flat_launch"
@@ -76,14 +110,16 @@ class CUDARenderer(CStyleLanguage):
     local_max_threads = 1024
     shared_max = 48 * 1024            # static __shared__ arrays; more needs dynamic shared memory
     max_vector_bytes = 16
-    tensor_cores = []                 # see docs/decisions.md, "CUDA tensor cores"
+    gpu_heuristic = True              # codegen/opt/gpu_heuristic.py: workgroups, grouped reduces, warp tensor cores
+    flat_elementwise = True           # elementwise kernels stay flat: the runtime gives them blocks of 256 threads
     kernel_prefix = 'extern "C" __global__ void '
     smem_prefix = "__shared__ __align__(16) "
     barrier = "__syncthreads();"
     type_map = {**CStyleLanguage.type_map, dtypes.float16: "half", dtypes.bool: "bool"}
 
     def __init__(self, arch: str = "sm_80"):
-        parse_arch(arch)
+        # mma.sync m16n8k16 for half and bfloat16 from sm_80 (Ampere) on (docs/decisions.md, "CUDA tensor cores")
+        self.tensor_cores = MMA_TENSOR_CORES if parse_arch(arch) >= 80 else []
         self.arch = arch
     def __reduce__(self): return self.__class__, (self.arch,)
     def __repr__(self) -> str: return f"CUDARenderer(arch={self.arch!r})"
@@ -105,7 +141,7 @@ class CUDARenderer(CStyleLanguage):
 
     # ---------------------------------------------------------------- ALU, casts
     def render_alu(self, u: UOp, s: list[str]) -> str:
-        if u.dtype.count > 1: raise NotImplementedError(f"the CUDA renderer has no vector {u.op} (vector_loops is off)")
+        if u.dtype.count > 1 and u.op is not Ops.ADD: raise NotImplementedError(f"the CUDA renderer has no vector {u.op} (vector_loops is off)")
         value = super().render_alu(u, s)
         # half arithmetic is float arithmetic (the struct converts); round the result back to half here, so
         # every half-typed expression has type half (a ?: of half and float would be ambiguous in C++)
@@ -140,11 +176,21 @@ class CUDARenderer(CStyleLanguage):
 
     def vector_typedefs(self, uops: list[UOp]) -> str: return ""   # fg_vec<T, N> is in the prelude
 
+    def render_vectorize(self, state, u: UOp) -> None:
+        # an aggregate built with braces (C++ has no compound literals); the lanes are values of the element type
+        value = f"{self.render_dtype(u.dtype)}{{{', '.join(state.expr[x] for x in u.src)}}}"
+        if named_vector(state, u): state.declare(self, u, value, "vec")
+        else: state.expr[u] = value
+
+    def tensor_core_helper(self, tc: TensorCore) -> str:
+        if tc not in self.tensor_cores: return super().tensor_core_helper(tc)
+        return mma_helper(tc)
+
     def render_kernel(self, name: str, params: list[str], body: list[str]) -> str:
         bounds = f"__launch_bounds__({self._threads}) " if self._threads else ""
         exported = f'extern "C" __device__ const int {FLAT_LAUNCH_SYMBOL} = 1;\n' if self._flat else ""
         body = ([f"  if ({self._guard}) return;"] if self._guard else []) + body
-        return CUDA_PRELUDE + exported + f"{self.kernel_prefix}{bounds}{name}({', '.join(params)}) {{\n" + "\n".join(body) + "\n}\n"
+        return exported + f"{self.kernel_prefix}{bounds}{name}({', '.join(params)}) {{\n" + "\n".join(body) + "\n}\n"
 
     def render(self, name: str, uops: list[UOp]) -> str:
         specials = [u for u in uops if u.op is Ops.SPECIAL]
@@ -158,7 +204,8 @@ class CUDARenderer(CStyleLanguage):
         # threads past the global size (in the last block of a dimension) return first thing, before any memory access
         kernel._guard = " || ".join(f"{kernel.render_special(u.arg)} >= {self._size_expr(u.src[0])}"
                                     for u in sorted(specials, key=lambda u: u.arg)) if kernel._flat else ""
-        return CStyleLanguage.render(kernel, name, uops)
+        # the prelude first: the tensor core helpers CStyleLanguage.render puts ahead of the kernel use its types
+        return CUDA_PRELUDE + (_PACK2 if any(u.op is Ops.WMMA for u in uops) else "") + CStyleLanguage.render(kernel, name, uops)
 
     def _size_expr(self, size: UOp) -> str:
         """C for a launch size: a constant, or an expression of the kernel's variables."""

@@ -34,6 +34,7 @@ from typing import Any, Callable
 import numpy as np
 from fusegrad.dtype import DType, PtrDType, ImageDType, dtypes, INVERSE_NAMES
 from fusegrad.device import Compiled, Compiler, MallocAllocator
+from fusegrad.helpers import getenv
 from fusegrad.renderer import Renderer, TensorCore
 from fusegrad.renderer.cstyle import BF16_TENSOR_CORE
 from fusegrad.uop.ops import UOp, Ops, GroupOp
@@ -55,9 +56,17 @@ def _dec_dtype(enc: tuple) -> DType:
     if enc[0] == "ptr": return _dec_dtype(enc[1]).ptr(enc[3], enc[2])
     return getattr(dtypes, enc[1]).vec(enc[2])
 
+# what ``PythonRenderer(emulate="CUDA")`` takes from the CUDA renderer: the kernels it makes are CUDA's
+_EMULATED_FIELDS = ("tensor_cores", "vector_loops", "gpu_heuristic", "flat_elementwise", "native_transcendentals", "local_max", "local_max_threads",
+                    "shared_max", "max_vector_bytes")
+
 class PythonRenderer(Renderer):
     """Serializes the linear program: base64 of a pickle of (op name, dtype, source positions, arg) tuples.
-    It declares the CPU's tensor core too, so TC kernels run here exactly as defined (``_wmma``)."""
+    It declares the CPU's tensor core too, so TC kernels run here exactly as defined (``_wmma``).
+
+    ``emulate="CUDA"`` (the device reads ``EMULATE=CUDA``) takes the CUDA renderer's capabilities instead: its
+    warp tensor cores (``mma.sync``, run here by ``_warp_wmma``), its heuristic and limits, so the kernels a GPU
+    would run are checked against numpy on a machine without one."""
     device = "PYTHON"
     tensor_cores = [BF16_TENSOR_CORE]
     has_local = True
@@ -65,6 +74,14 @@ class PythonRenderer(Renderer):
     vector_loops = True   # runs the vector nodes codegen/vectorize.py makes for the CPU, as the executable spec of them
     local_max = (1024,) * 3
     shared_max = 65536
+    def __init__(self, emulate: str = ""):
+        if emulate not in ("", "CUDA"): raise ValueError(f"the PYTHON device emulates CUDA or nothing, not {emulate!r}")
+        self.emulate = emulate
+        if emulate == "CUDA":
+            from fusegrad.renderer.cuda import CUDARenderer
+            cuda = CUDARenderer(arch="sm_80")
+            for name in _EMULATED_FIELDS: setattr(self, name, getattr(cuda, name))
+    def __reduce__(self): return self.__class__, (self.emulate,)
     def render(self, name: str, uops: list[UOp]) -> str:
         pos: dict[UOp, int] = {}
         prog = []
@@ -136,6 +153,33 @@ def _wmma(tc: TensorCore, xs: list) -> np.ndarray:
     for l in range(k):
         out = out + a[..., l::k][..., :, None] * rows[l][..., None, :]   # float32: products of bfloat16 are exact
     return out.reshape(out.shape[:-2] + (m * n,)).astype(np.float32)
+
+def _warp_wmma(tc: TensorCore, xs: list, lanes: int, local_size: int, mask: np.ndarray | None) -> np.ndarray:
+    """A warp tensor core (``tc.threads`` > 1): each run of ``tc.threads`` consecutive lanes is a warp; its
+    fragments are gathered into whole matrices (``tc.layout``), multiplied as ``_wmma`` does (float32, k in
+    order) and the sums handed back to the lanes that hold them."""
+    n, m, k = tc.dims
+    threads = tc.threads
+    if local_size % threads: raise RuntimeError(f"{tc.name}: a workgroup of {local_size} threads isn't whole warps of {threads}")
+    if mask is not None and not ((warps := mask.reshape(-1, threads)).any(axis=1) == warps.all(axis=1)).all():
+        raise RuntimeError(f"{tc.name}: some lanes of a warp skip the instruction (every lane must execute it)")
+    def value(x: Any, dtype) -> np.ndarray: return _bf16_to_f32(x) if dtype == dtypes.bfloat16 else np.asarray(x, np.float32)
+    matrices = []
+    for x, layout, shape, dtype in zip(xs, tc.layout, ((m, k), (k, n), (m, n)), (tc.dtype_in, tc.dtype_in, tc.dtype_out)):
+        fragment = np.broadcast_to(value(x, dtype), (lanes, layout.elements)).reshape(-1, threads, layout.elements)
+        rows, cols = _fragment_points(layout, threads)
+        matrix = np.zeros((fragment.shape[0],) + shape, np.float32)
+        matrix[:, rows, cols] = fragment
+        matrices.append(matrix)
+    a, b, out = matrices
+    for l in range(k): out = out + a[:, :, l, None] * b[:, None, l, :]   # float32: products of half/bfloat16 are exact
+    rows, cols = _fragment_points(tc.layout[2], threads)
+    return out[:, rows, cols].reshape(lanes, -1).astype(np.float32)
+
+def _fragment_points(layout, threads: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, cols), each (threads, elements): where each lane's fragment elements sit in the matrix."""
+    points = np.array([[layout.coordinates(t, e) for e in range(layout.elements)] for t in range(threads)])
+    return points[..., 0], points[..., 1]
 
 def _cast(x: Any, sdt: DType, dt: DType) -> Any:
     ds, dd, onp = sdt.scalar(), dt.scalar(), _np(dt)
@@ -446,7 +490,9 @@ class PythonProgram:
                 ptr = dt
                 values[pc] = _Mem(np.zeros((L // ln.lsz, max(ptr.size, 0) * ptr.base.count), npdt[pc]), ln.group_ids,
                                   ptr.base.count, f"local {arg}", shared=True)
-            elif op is Ops.WMMA: values[pc] = _wmma(arg, [values[s] for s in src])
+            elif op is Ops.WMMA:
+                xs = [values[s] for s in src]
+                values[pc] = _warp_wmma(arg, xs, L, ln.lsz, mask) if arg.threads > 1 else _wmma(arg, xs)
             elif op is Ops.NOOP: values[pc] = values[src[0]] if src else None
             elif op is Ops.BARRIER: ln.epoch += 1
             elif op is Ops.SINK: pass
@@ -613,4 +659,4 @@ class PythonProgram:
 
 class PythonDevice(Compiled):
     def __init__(self, device: str):
-        super().__init__(device, MallocAllocator(), PythonRenderer(), PythonCompiler(), PythonProgram)
+        super().__init__(device, MallocAllocator(), PythonRenderer(getenv("EMULATE", "")), PythonCompiler(), PythonProgram)

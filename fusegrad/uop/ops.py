@@ -80,11 +80,12 @@ class AxisType(Enum):
     GLOBAL = auto(); THREAD = auto(); LOCAL = auto(); LOOP = auto(); GROUP_REDUCE = auto(); REDUCE = auto()
     UPCAST = auto(); UNROLL = auto()
     STAGE = auto()   # a loop that fills a staged copy of a small input (OptOps.STAGE); not an optimizable axis
+    WARP = auto()    # the lanes of a warp tensor core (OptOps.TC on CUDA): local dim x, not an optimizable axis
     def __repr__(self) -> str: return f"AxisType.{self.name}"
 
 AXIS_COLORS = {AxisType.GLOBAL: "blue", AxisType.THREAD: "BLUE", AxisType.LOCAL: "cyan", AxisType.LOOP: "WHITE",
                AxisType.GROUP_REDUCE: "green", AxisType.REDUCE: "red", AxisType.UPCAST: "yellow", AxisType.UNROLL: "magenta",
-               AxisType.STAGE: "GREEN"}
+               AxisType.STAGE: "GREEN", AxisType.WARP: "CYAN"}
 
 class memoized_property:
     """A property computed once per object and then stored in its ``__dict__`` (where later reads find

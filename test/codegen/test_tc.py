@@ -3,7 +3,7 @@
 A tensor core computes bfloat16 products exactly in float32, where the unoptimized kernel of ``a @ b``
 rounds each product to bfloat16 first, so results are checked against float64 math on the same
 bfloat16 inputs (and CPU against PYTHON, which run the same instruction)."""
-import subprocess
+import os, subprocess, sys
 import numpy as np
 import pytest
 from fusegrad import Tensor, Device, Context, dtypes
@@ -194,3 +194,120 @@ int main(void) {{
     out = [float(line) for line in subprocess.run([str(binary)], capture_output=True, text=True, check=True).stdout.split()]
     np.testing.assert_array_equal(out, c + a0 * b0 + a1 * b1)
     assert BF16_TENSOR_CORE.dims == (16, 1, 2)
+
+# ---------------------------------------------------------------- warp tensor cores (CUDA's mma.sync, emulated on PYTHON)
+
+from fusegrad.renderer import FragmentLayout
+from fusegrad.renderer.cuda import CUDARenderer, MMA_TENSOR_CORES, MMA_A, MMA_B, MMA_C
+from fusegrad.runtime.ops_python import PythonRenderer, _warp_wmma
+from fusegrad.codegen.opt.gpu_heuristic import gpu_optimizations
+from helpers import run_kernel
+
+EMULATED_CUDA = PythonRenderer("CUDA")
+L = OptOps.LOCAL
+
+def test_mma_fragment_layouts_cover_each_matrix_once():
+    """Every (lane, element) of an m16n8k16 fragment names a different point of its matrix (a 16x16, b 16x8,
+    c 16x8), and spot checks from the PTX ISA's tables: lane 4g+q holds a at row g (+8 for a2, a3, a6, a7),
+    column 2q (+1 for odd elements, +8 from a4); b at row 2q (+1, +8 from b2) and column g; c at (g, 2q)."""
+    for layout, shape in ((MMA_A, (16, 16)), (MMA_B, (16, 8)), (MMA_C, (16, 8))):
+        points = {layout.coordinates(t, e) for t in range(32) for e in range(layout.elements)}
+        assert points == {(r, c) for r in range(shape[0]) for c in range(shape[1])}
+    g, q = 5, 3   # lane 23
+    assert [MMA_A.coordinates(23, e) for e in range(8)] == \
+        [(g, 2 * q), (g, 2 * q + 1), (g + 8, 2 * q), (g + 8, 2 * q + 1), (g, 2 * q + 8), (g, 2 * q + 9), (g + 8, 2 * q + 8), (g + 8, 2 * q + 9)]
+    assert [MMA_B.coordinates(23, e) for e in range(4)] == [(2 * q, g), (2 * q + 1, g), (2 * q + 8, g), (2 * q + 9, g)]
+    assert [MMA_C.coordinates(23, e) for e in range(4)] == [(g, 2 * q), (g, 2 * q + 1), (g + 8, 2 * q), (g + 8, 2 * q + 1)]
+    with pytest.raises(AssertionError, match="fragments hold"):   # 32 lanes x 4 elements isn't a 16x16 a operand
+        type(MMA_TENSOR_CORES[0])(dims=(8, 16, 16), dtype_in=dtypes.float16, dtype_out=dtypes.float32, name="bad", threads=32,
+                                  layout=(MMA_C, MMA_B, MMA_C))
+
+def _half_matmul(m, k, n, dtype, batch=None, epilogue=False):
+    """``a @ b`` in half or bfloat16 (values exact in both), summed and kept in float32; with ``epilogue`` a
+    bias and relu follow and the result is rounded to ``dtype``. Built on PYTHON; the float64 reference."""
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    lead = (batch,) if batch else ()
+    a, b, bias = (rng.integers(-64, 64, shape).astype(np.float32) / 16 for shape in (lead + (m, k), lead + (k, n), (n,)))
+    reference = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    if epilogue: reference = np.maximum(reference + bias, 0)
+    ta, tb = (Tensor(x, device="PYTHON").cast(dtype).realize() for x in (a, b))
+    if epilogue: out = (ta @ tb + Tensor(bias, device="PYTHON").cast(dtype).realize()).relu()
+    else: out = ta.dot(tb, dtype=dtypes.float32)
+    return out.schedule()[-1], reference
+
+def _check_warp(item, reference, opt_lists, rounded=False):
+    for opts in opt_lists:
+        program = get_program(item.ast, EMULATED_CUDA, opts)
+        wmma = [u for u in program.uops if u.op is Ops.WMMA]
+        assert wmma and all(u.arg.threads == 32 for u in wmma), opts
+        assert program.local_size[0] == 32, "the warp is local dim x"
+        (out,) = run_kernel(item, opts, "PYTHON", EMULATED_CUDA)
+        tolerance = 1e-2 if rounded else 1e-6   # (quarters of small integers: the float32 sums are exact)
+        np.testing.assert_allclose(out.astype(np.float64).reshape(reference.shape), reference, rtol=tolerance, atol=tolerance, err_msg=str(opts))
+
+WARP_OPTS = [[Opt(TC, 0, 0)], [Opt(TC, 0, 0), Opt(U, 1, 4), Opt(U, 0, 2)], [Opt(TC, 0, 0), Opt(L, 0, 2), Opt(L, 0, 2)],
+             [Opt(TC, 0, 0), Opt(U, 1, 2), Opt(R, 2, 3), Opt(L, 0, 2)], [Opt(TC, 0, 0), Opt(R, 2, 0)], [Opt(TC, 1, 0)]]
+
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
+def test_warp_tc_matmul_matches_float64(dtype):
+    _check_warp(*_half_matmul(64, 48, 32, dtype), WARP_OPTS)
+
+def test_warp_tc_epilogue_padding_and_batches():
+    """Bias + relu + the cast back to half per element of a lane's sums; axes padded to the instruction
+    (tc_opt 2: 20 x 24 x 40); a batched matmul (the batch stays a global axis)."""
+    _check_warp(*_half_matmul(32, 32, 16, dtypes.float16, epilogue=True), [[Opt(TC, 0, 0), Opt(U, 0, 2)]], rounded=True)
+    _check_warp(*_half_matmul(20, 24, 40, dtypes.float16), [[Opt(TC, 0, 2)], [Opt(TC, 0, 2), Opt(L, 0, 2)]])
+    _check_warp(*_half_matmul(16, 32, 16, dtypes.bfloat16, batch=3), [[Opt(TC, 0, 0)], [Opt(TC, 0, 0), Opt(L, 0, 3)]])
+
+def test_warp_tc_cuda_heuristic():
+    """The GPU heuristic gives a half matmul the tensor core, a 2 x 4 tile of instructions per warp and
+    2 x 2 warps per workgroup; TC=0 turns it off; the emulated kernel matches."""
+    item, reference = _half_matmul(64, 32, 128, dtypes.float16)
+    cuda = CUDARenderer(arch="sm_80")
+    for renderer in (cuda, EMULATED_CUDA):
+        opts = gpu_optimizations(item.ast, renderer)
+        assert opts == [Opt(TC, 0, 0), Opt(U, 1, 4), Opt(U, 0, 2), Opt(L, 1, 2), Opt(L, 0, 2)], opts
+        assert hand_coded_optimizations(item.ast, renderer) == opts
+        with Context(TC=0): assert all(o.op is not TC for o in hand_coded_optimizations(item.ast, renderer))
+    assert get_program(item.ast, EMULATED_CUDA).local_size == [32, 2, 2]
+    (out,) = run_kernel(item, None, "PYTHON", EMULATED_CUDA)
+    np.testing.assert_allclose(out.reshape(reference.shape), reference, rtol=1e-6, atol=1e-6)
+
+def test_warp_tc_illegal():
+    item, _ = _half_matmul(32, 32, 16, dtypes.float16)
+    with pytest.raises(KernelOptError, match="TC after NOLOCALS"):
+        apply_opt(apply_opt(item.ast, Opt(OptOps.NOLOCALS), EMULATED_CUDA), Opt(TC, 0, 0), EMULATED_CUDA)
+    with pytest.raises(KernelOptError, match="multiple of 16"): apply_opt(_half_matmul(20, 32, 16, dtypes.float16)[0].ast, Opt(TC, 0, 0), EMULATED_CUDA)
+    warped = apply_opt(item.ast, Opt(TC, 0, 0), EMULATED_CUDA)
+    with pytest.raises(KernelOptError, match="TC must be the first action"): apply_opt(warped, Opt(TC, 0, 0), EMULATED_CUDA)
+    small = PythonRenderer("CUDA")
+    small.local_max_threads = 32
+    with pytest.raises(KernelOptError, match="a workgroup of 64 threads exceeds"): apply_opt(warped, Opt(L, 0, 2), small)   # the warp counts
+    assert CUDARenderer(arch="sm_75").tensor_cores == [] and CUDARenderer(arch="sm_90").tensor_cores == MMA_TENSOR_CORES
+
+def test_warp_wmma_needs_whole_converged_warps():
+    """The emulator runs a warp instruction on runs of 32 lanes; lanes of one warp that skip it, or a
+    workgroup that isn't whole warps, are errors (undefined on the GPU)."""
+    tc = MMA_TENSOR_CORES[0]
+    a, b, c = np.ones((64, 8), np.float16), np.ones((64, 4), np.float16), np.zeros((64, 4), np.float32)
+    out = _warp_wmma(tc, [a, b, c], 64, 64, None)
+    np.testing.assert_array_equal(out, np.full((64, 4), 16, np.float32))   # 16 products of 1 per sum
+    mask = np.zeros(64, bool)
+    mask[32:] = True   # the second warp only: fine
+    _warp_wmma(tc, [a, b, c], 64, 64, mask)
+    mask[0] = True
+    with pytest.raises(RuntimeError, match="some lanes of a warp skip"): _warp_wmma(tc, [a, b, c], 64, 64, mask)
+    with pytest.raises(RuntimeError, match="isn't whole warps"): _warp_wmma(tc, [a, b, c], 48, 48, None)
+
+def test_emulate_cuda_runs_tensors_through_the_warp_tensor_core():
+    """``EMULATE=CUDA``: the PYTHON device renders like CUDA (its tensor cores and heuristic), end to end."""
+    code = ("import numpy as np\nfrom fusegrad import Tensor, Device, dtypes\n"
+            "a = np.arange(64 * 32, dtype=np.float32).reshape(64, 32) % 7 - 3\n"
+            "out = (Tensor(a).half() @ Tensor(a.T.copy()).half()).float().numpy()\n"
+            "print(Device['PYTHON'].renderer.tensor_cores[0].name, np.abs(out - a @ a.T).max())\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "DEV": "PYTHON", "EMULATE": "CUDA"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["mma_m16n8k16_f16_f32", "0.0"]
+    result = subprocess.run([sys.executable, "-c", "from fusegrad import Device; Device['PYTHON']"], capture_output=True, text=True,
+                            env={**os.environ, "EMULATE": "METAL"})
+    assert "emulates CUDA or nothing" in result.stderr

@@ -191,12 +191,26 @@ def test_workgroup_limits_are_the_gpus():
 
 # ---------------------------------------------------------------- tensor cores
 
-def test_no_tensor_cores_declared():
-    """fusegrad's TensorCore is a per-thread instruction; mma.sync needs fragments spread over a warp's 32 lanes,
-    which codegen doesn't model yet (docs/decisions.md, "CUDA tensor cores"), so TC is refused with a clear reason."""
-    assert RENDERER.tensor_cores == []
-    with pytest.raises(KernelOptError, match="declares none"):
-        apply_opt(matmul_ast(dtype=dtypes.float16), Opt(OptOps.TC, 0, 0), RENDERER)
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
+def test_tensor_core_kernels_compile_to_mma(dtype):
+    """Half and bfloat16 matmuls get mma.sync m16n8k16 (the heuristic's tile and other action lists, a batched matmul with
+    an epilogue): each kernel's PTX has the instructions the unrolled tile needs, and ptxas assembles it. (Their results
+    are checked on the PYTHON device emulating CUDA: test/codegen/test_tc.py, and on a GPU below.)"""
+    kind = "f16" if dtype == dtypes.float16 else "bf16"
+    plain, batched = matmul_ast(dtype=dtype), searchable_ast(kernels_of((empty(3, 32, 48, dtype=dtype) @ empty(3, 48, 64, dtype=dtype) + 1).relu())[-1])
+    # (the instructions one reduce step needs at least: the heuristic's 2 x 4 tile, 1, 4 steps unrolled; NVRTC may unroll more)
+    cases = [(plain, None, 8), (plain, [Opt(OptOps.TC, 0, 0)], 1), (plain, [Opt(OptOps.TC, 0, 0), Opt(OptOps.UNROLL, 2, 0)], 4), (batched, None, 8)]
+    ptxs = []
+    for ast, opts, count in cases:
+        program, ptx = compile_kernel(ast, opts)
+        assert program.applied_opts[0] == Opt(OptOps.TC, 0, 0) and program.local_size[0] == 32
+        found = ptx.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32")
+        assert found >= count and found % count == 0 and found == ptx.count("mma."), (opts, found)
+        ptxs.append(ptx)
+    assemble(ptxs)
+    assert [tc.name for tc in RENDERER.tensor_cores] == ["mma_m16n8k16_f16_f32", "mma_m16n8k16_bf16_f32"]
+    with pytest.raises(KernelOptError, match="the CUDA renderer declares none"):   # mma.sync m16n8k16 needs sm_80
+        apply_opt(matmul_ast(dtype=dtype), Opt(OptOps.TC, 0, 0), CUDARenderer(arch="sm_75"))
 
 # ---------------------------------------------------------------- renderer and compiler without a device
 
@@ -288,6 +302,26 @@ def test_gpu_optimized_kernels_match_the_cpu(opts):
     x, y = rng.standard_normal((64, 64)).astype(np.float32), rng.standard_normal((64, 64)).astype(np.float32)
     (item,) = (Tensor(x, device="CUDA") @ Tensor(y, device="CUDA")).schedule()[-1:]
     np.testing.assert_allclose(run_kernel(item, opts, "CUDA")[0].reshape(64, 64), x @ y, rtol=1e-4, atol=1e-4)
+
+@pytest.mark.cuda
+@cuda
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
+def test_gpu_tensor_core_matmul_matches_numpy_and_the_emulator(dtype):
+    """mma.sync on the GPU: a half / bfloat16 matmul (heuristic: TC, a 2 x 4 tile, 2 x 2 warps) against numpy, and bit for bit
+    against the PYTHON device emulating CUDA on sums that are exact (quarters of small integers), which pins the fragment
+    layouts to the hardware's."""
+    from fusegrad.runtime.ops_python import PythonRenderer
+    rng = np.random.default_rng(4)
+    a, b = rng.integers(-64, 64, (64, 96)).astype(np.float32) / 4, rng.integers(-64, 64, (96, 128)).astype(np.float32) / 4
+    item = Tensor(a, device="CUDA").cast(dtype).realize().dot(Tensor(b, device="CUDA").cast(dtype).realize(), dtype=dtypes.float32).schedule()[-1]
+    assert get_program(item.ast, Device["CUDA"].renderer).applied_opts[0] == Opt(OptOps.TC, 0, 0)
+    (gpu,) = run_kernel(item, None, "CUDA")
+    np.testing.assert_array_equal(gpu.reshape(64, 128), a @ b)
+    emulated = Tensor(a, device="PYTHON").cast(dtype).realize().dot(Tensor(b, device="PYTHON").cast(dtype).realize(), dtype=dtypes.float32).schedule()[-1]
+    np.testing.assert_array_equal(run_kernel(emulated, None, "PYTHON", PythonRenderer("CUDA"))[0], gpu)
+    x = rng.standard_normal((256, 512)).astype(np.float32)
+    assert_tensor(Tensor(x, device="CUDA").cast(dtype).realize() @ Tensor(x.T.copy(), device="CUDA").cast(dtype).realize(),
+                  Tensor(x).cast(dtype).float().numpy() @ Tensor(x.T.copy()).cast(dtype).float().numpy(), dtype=dtype, rtol=2e-2, atol=5e-1)
 
 @pytest.mark.cuda
 @cuda

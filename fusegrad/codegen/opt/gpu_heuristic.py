@@ -3,6 +3,10 @@
 A GPU runs a kernel as many workgroups of threads. Without actions every workgroup is one thread, so the
 heuristic's main job is to give threads work in a shape the memory system likes:
 
+0. **Tensor cores.** A half or bfloat16 matmul whose reduce a warp tensor core computes (CUDA's ``mma.sync``;
+   ``TC=0`` turns it off) gets TC, then a tile of 2 x 4 instructions per warp (32 x 32 outputs: each loaded
+   fragment feeds 2 or 4 instructions) and 2 x 2 warps per workgroup.
+
 1. **Grouped reduces.** A long reduction with few outputs (``x.sum()``, a loss, a norm's statistics) has too few
    output threads to fill the device: GROUPTOP splits the reduce over a workgroup (each thread sums a contiguous
    block, partials combine through local memory). A matrix-vector product (one output axis, a reduce along
@@ -12,16 +16,19 @@ heuristic's main job is to give threads work in a shape the memory system likes:
    gets an UPCAST tile of up to ``renderer.thread_accumulators`` accumulators per thread: each loaded value is reused across the tile.
 3. **Partial sums.** Otherwise (no tile) a long reduce gets UNROLL 4 (independent adds in flight).
 4. **Workgroups.** The remaining output axes are split into LOCAL threads, innermost axis first (consecutive
-   threads touch consecutive addresses), up to ``renderer.workgroup_threads`` per workgroup.
+   threads touch consecutive addresses), up to ``renderer.workgroup_threads`` per workgroup. Kernels without a
+   reduce on a renderer with ``flat_elementwise`` (CUDA) get no actions: the runtime launches them in blocks
+   of its own choosing.
 
 Every action is tried on the kernel as it is after the previous ones and kept only if it is legal, so the
 result always applies. BEAM (codegen/opt/search.py) refines it with timings from the device.
 """
 from __future__ import annotations
-from fusegrad.helpers import prod
+from fusegrad.helpers import prod, USE_TC, TC_OPT
 from fusegrad.uop.ops import UOp, Ops, AxisType
 from fusegrad.codegen.kernel import kernel_axes, range_size, loads_depending_on, address_stride
 from fusegrad.codegen.opt.actions import Opt, OptOps, KernelOptError, apply_opt
+from fusegrad.codegen.opt.tc import tensor_core_choices
 
 # (the hardware numbers, threads per workgroup and accumulators per thread, are the renderer's)
 GROUP_MIN_REDUCE = 1024   # reduces at least this long, with at most ``renderer.filling_outputs`` outputs, are grouped
@@ -52,6 +59,8 @@ def gpu_optimizations(ast: UOp, renderer) -> list[Opt]:
     >>> # a 4096-element sum: [Opt(GROUPTOP, 0, 256)]; a 512x512 matmul: a 4x4 tile, then 8x16 threads
     """
     k = _Builder(ast, renderer)
+    if renderer.flat_elementwise and not any(x.op is Ops.REDUCE for x in ast.toposort): return []
+    if USE_TC and any(tc.threads > 1 for tc in renderer.tensor_cores) and _warp_tensor_core(k): return k.opts
     globals_ = k.ranges(AxisType.GLOBAL, AxisType.LOOP)
     reduces = k.ranges(AxisType.REDUCE)
     reduce_nodes = [x for x in ast.toposort if x.op is Ops.REDUCE]
@@ -73,6 +82,24 @@ def gpu_optimizations(ast: UOp, renderer) -> list[Opt]:
         if innermost and range_size(innermost[0]) % 4 == 0 and range_size(innermost[0]) > 4: k.apply(OptOps.UNROLL, innermost[0], 4)
     if sizes_known: _add_locals(k, renderer.workgroup_threads)
     return k.opts
+
+def _warp_tensor_core(k: _Builder) -> bool:
+    """TC on the first choice, an instruction tile per warp (UPCAST n by 4, m by 2) and warps (LOCAL 2 x 2),
+    each as far as the axes divide. False (nothing applied) when no warp tensor core computes the reduce."""
+    choices = tensor_core_choices(k.ast, k.renderer, int(TC_OPT.value))
+    if not choices or choices[0][0].threads == 1: return False
+    try: k.ast = apply_opt(k.ast, tc := Opt(OptOps.TC, 0, int(TC_OPT.value)), k.renderer)
+    except KernelOptError: return False
+    k.opts.append(tc)
+    _, _, _, _, n, m, _ = choices[0]   # (TC keeps the ids of n and m)
+    def grow(rng: UOp, op: OptOps, amounts: tuple[int, ...]) -> None:
+        current = next((r for r in k.ranges(AxisType.GLOBAL, AxisType.LOOP) if r.arg[0] == rng.arg[0]), None)
+        if current is not None and (amount := _divisor(range_size(current), amounts)) is not None: k.apply(op, current, amount)
+    grow(n, OptOps.UPCAST, (4, 2))   # the warp's tile of instructions
+    grow(m, OptOps.UPCAST, (2,))
+    grow(n, OptOps.LOCAL, (2,))      # warps per workgroup
+    grow(m, OptOps.LOCAL, (2,))
+    return True
 
 def _matvec(k: _Builder, globals_: list[UOp], reduces: list[UOp], loads: list[UOp]) -> bool:
     """One output axis and one reduce that every input walks contiguously (``A @ v`` with A row-major): GROUP

@@ -325,9 +325,9 @@ def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
     >>> # (a @ b) on 1024x1024 gets an 8 x 32 register tile and threads:
     >>> # [Opt(UPCAST, 0, 8), Opt(UPCAST, 1, 32), Opt(THREAD, 0, 2)]
     """
-    if USE_TC and renderer.tensor_cores and (tc_opts := _tensor_core_opts(ast, renderer)): return tc_opts
-    if renderer.gpu_heuristic:   # workgroup renderers (OpenCL): their own defaults
+    if renderer.gpu_heuristic:   # workgroup renderers (OpenCL, CUDA): their own defaults, tensor cores included
         return gpu_optimizations(ast, renderer)
+    if USE_TC and renderer.tensor_cores and (tc_opts := _tensor_core_opts(ast, renderer)): return tc_opts
     axes = kernel_axes(ast)
     globals_ = [r for r in axes if r.arg[1] is not AxisType.REDUCE]
     reduces = [r for r in axes if r.arg[1] is AxisType.REDUCE]

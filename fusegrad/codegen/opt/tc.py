@@ -23,13 +23,20 @@ epilogue: a bias, an activation, the cast back to bfloat16) is repeated for the 
 
 TC must come first (other actions split axes the choices are made of); later UPCASTs make register
 tiles of instructions (several rows m, several N-wide column blocks), THREAD spreads them over cores.
+
+A warp tensor core (``tc.threads`` 32, CUDA's ``mma.sync``) is spread over the lanes of a warp: the action
+also adds a WARP range ``t`` of 32 lanes (local dim x), and lane t's fragments hold the points that
+``tc.layout`` gives it: ``a`` is the VECTORIZE of x at (i, l) = layout_a(t, e) for each of its elements e,
+``b`` of y at (l, j) = layout_b(t, e), and the stores are repeated for the elements e of lane t's sums,
+at (i, j) = layout_c(t, e). Later actions work on whole warps: UPCAST gives a warp a tile of
+instructions, LOCAL puts several warps in a workgroup.
 """
 from __future__ import annotations
 import itertools
 from fusegrad.dtype import dtypes
 from fusegrad.uop.ops import UOp, Ops, AxisType
-from fusegrad.renderer import TensorCore
-from fusegrad.codegen.kernel import range_size, kernel_axes, ranges_in, address_stride
+from fusegrad.renderer import TensorCore, FragmentLayout
+from fusegrad.codegen.kernel import range_size, kernel_axes, ranges_in, address_stride, kernel_info, next_range_id
 from fusegrad.codegen.opt.actions import KernelOptError, pad_range
 
 def _name(dtype) -> str: return repr(dtype).removeprefix("dtypes.")
@@ -82,6 +89,8 @@ def apply_tensor_core(ast: UOp, renderer, choice: int | None, tc_opt) -> UOp:
     if any(x.op is Ops.RANGE and x.arg[1] not in (AxisType.GLOBAL, AxisType.LOOP, AxisType.THREAD, AxisType.REDUCE) for x in ast.toposort) \
             or any(x.op is Ops.WMMA for x in ast.toposort):
         raise KernelOptError("TC must be the first action on a kernel (before UPCAST, UNROLL, LOCAL, GROUP, STAGE or another TC)")
+    if kernel_info(ast).dont_use_locals and any(tc.threads > 1 for tc in renderer.tensor_cores):
+        raise KernelOptError("TC after NOLOCALS: the warp tensor cores need a workgroup")
     choices = tensor_core_choices(ast, renderer, tc_opt)
     if not choices:
         wanted = ", ".join(f"{_name(tc.dtype_in)} -> {_name(tc.dtype_out)}" for tc in renderer.tensor_cores)
@@ -97,17 +106,35 @@ def apply_tensor_core(ast: UOp, renderer, choice: int | None, tc_opt) -> UOp:
         ids = (n.arg, m.arg if m is not None else None, k.arg)
         tc, red, a, b, n, m, k = next(c for c in tensor_core_choices(ast, renderer, tc_opt)
                                       if c[0] is tc and (c[4].arg, c[5].arg if c[5] is not None else None, c[6].arg) == ids)
+    if tc.threads > 1: return _rewrite_warp(ast, tc, red, a, b, n, m, k)
     return _rewrite(ast, tc, red, a, b, n, m, k)
 
-def _rewrite(ast: UOp, tc: TensorCore, red: UOp, a: UOp, b: UOp, n: UOp, m: UOp | None, k: UOp) -> UOp:
-    N, M, K = tc.dims
+def _outer_ranges(tc: TensorCore, n: UOp, m: UOp | None, k: UOp) -> dict[UOp, UOp]:
+    """n, m and k shrunk to the number of instruction-sized blocks they hold (each keeps its id and kind)."""
     outer: dict[UOp, UOp] = {}
-    for rng, dim in ((n, N), (m, M), (k, K)):
+    for rng, dim in ((n, tc.dims[0]), (m, tc.dims[1]), (k, tc.dims[2])):
         if rng is None: continue
         size = range_size(rng)
         if not isinstance(size, int) or size % dim:
             raise KernelOptError(f"TC needs axis {rng.arg[0]} (size {size}) to be a multiple of {dim} (tc_opt 2 pads it)")
-        outer[rng] = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size // dim),), rng.arg)   # keeps its id and kind
+        outer[rng] = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size // dim),), rng.arg)
+    return outer
+
+def _repeat_stores(ast: UOp, red: UOp, n: UOp, m: UOp | None, lanes: list[tuple[UOp, UOp, UOp | None]]) -> UOp:
+    """The kernel with every store that uses the reduce, n or m repeated once per (sum, n, m) in ``lanes``."""
+    stores: list[UOp] = []
+    for st in ast.src:
+        if not ({red, n, m} & set(st.toposort)):
+            stores.append(st)
+            continue
+        if st.op is not Ops.STORE: raise KernelOptError(f"TC can't repeat a {st.op.name} of the kernel for the fragment lanes")
+        for value, n_at, m_at in lanes:
+            stores.append(st.substitute({red: value, n: n_at} | ({m: m_at} if m is not None else {})))
+    return ast.replace(src=tuple(stores))
+
+def _rewrite(ast: UOp, tc: TensorCore, red: UOp, a: UOp, b: UOp, n: UOp, m: UOp | None, k: UOp) -> UOp:
+    N, M, K = tc.dims
+    outer = _outer_ranges(tc, n, m, k)
     def at(x: UOp, i: int, j: int, l: int) -> UOp:
         """``x`` at fragment point (i, j, l): m = m_out*M + i, n = n_out*N + j, k = k_out*K + l."""
         points = {n: outer[n] * N + j, k: outer[k] * K + l}
@@ -118,15 +145,48 @@ def _rewrite(ast: UOp, tc: TensorCore, red: UOp, a: UOp, b: UOp, n: UOp, m: UOp 
     zero = UOp(Ops.VECTORIZE, tc.dtype_out.vec(M * N), (UOp.const(tc.dtype_out, 0),) * (M * N))
     wmma = UOp(Ops.WMMA, tc.dtype_out.vec(M * N), (UOp(Ops.VECTORIZE, tc.dtype_in.vec(M * K), a_lanes), *b_rows, zero), tc)
     sums = UOp(Ops.REDUCE, wmma.dtype, (wmma,) + tuple(outer[k] if r is k else r for r in red.src[1:]), Ops.ADD)
-    stores: list[UOp] = []
-    for st in ast.src:
-        if not ({red, n, m} & set(st.toposort)):
-            stores.append(st)
-            continue
-        if st.op is not Ops.STORE: raise KernelOptError(f"TC can't repeat a {st.op.name} of the kernel for the fragment lanes")
-        for i in range(M):
-            for j in range(N):
-                lane = {red: UOp(Ops.GEP, red.dtype, (sums,), (i * N + j,)), n: outer[n] * N + j}
-                if m is not None: lane[m] = outer[m] * M + i
-                stores.append(st.substitute(lane))
-    return ast.replace(src=tuple(stores))
+    return _repeat_stores(ast, red, n, m, [(UOp(Ops.GEP, red.dtype, (sums,), (i * N + j,)), outer[n] * N + j,
+                                            outer[m] * M + i if m is not None else None) for i in range(M) for j in range(N)])
+
+def _coordinate(layout: FragmentLayout, lane: UOp, element: int, which: int) -> UOp:
+    """Coordinate ``which`` (0 row, 1 col) of fragment element ``element`` of lane ``lane`` (a UOp), as index
+    math: the element's bits are a constant, each run of lane bits that lands on consecutive coordinate bits
+    one ``lane // 2**first % 2**length * 2**position`` (``mma``'s layouts have two runs: lane // 4, lane % 4)."""
+    value: UOp = UOp.const(dtypes.index, sum(((element >> bit) & 1) << position
+                                             for bit, (coordinate, position) in enumerate(layout.element_bits) if coordinate == which))
+    bit = 0
+    while bit < len(layout.lane_bits):
+        coordinate, position = layout.lane_bits[bit]
+        length = 1
+        while bit + length < len(layout.lane_bits) and layout.lane_bits[bit + length] == (coordinate, position + length): length += 1
+        if coordinate == which: value = value + (lane // (1 << bit)) % (1 << length) * (1 << position)
+        bit += length
+    return value
+
+def _rewrite_warp(ast: UOp, tc: TensorCore, red: UOp, a: UOp, b: UOp, n: UOp, m: UOp | None, k: UOp) -> UOp:
+    """TC with a warp instruction (see the module doc): the fragments of lane ``t``, a new WARP range."""
+    if m is None: raise KernelOptError(f"{tc.name} needs an m axis (rows of the a operand)")
+    N, M, K = tc.dims
+    outer = _outer_ranges(tc, n, m, k)
+    lane = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, tc.threads),), (next_range_id(ast), AxisType.WARP))
+    layout_a, layout_b, layout_c = tc.layout   # type: ignore[misc]
+    def at(x: UOp, i: UOp | None, j: UOp | None, l: UOp | None) -> UOp:
+        """``x`` at the fragment point (i, j, l): m = m_out*M + i, n = n_out*N + j, k = k_out*K + l."""
+        points = {rng: outer[rng] * dim + offset for rng, dim, offset in ((m, M, i), (n, N, j), (k, K, l)) if offset is not None}
+        return x.substitute(points)
+    def fragment(x: UOp, layout: FragmentLayout, names: tuple[str, str], dtype) -> UOp:
+        points = []
+        for e in range(layout.elements):
+            where = dict(zip(names, (_coordinate(layout, lane, e, 0), _coordinate(layout, lane, e, 1))))
+            points.append(at(x, where.get("i"), where.get("j"), where.get("l")))
+        return UOp(Ops.VECTORIZE, dtype.vec(len(points)), tuple(points))
+    a_fragment = fragment(a, layout_a, ("i", "l"), tc.dtype_in)
+    b_fragment = fragment(b, layout_b, ("l", "j"), tc.dtype_in)
+    zero = UOp(Ops.VECTORIZE, tc.dtype_out.vec(layout_c.elements), (UOp.const(tc.dtype_out, 0),) * layout_c.elements)
+    wmma = UOp(Ops.WMMA, zero.dtype, (a_fragment, b_fragment, zero), tc)
+    sums = UOp(Ops.REDUCE, wmma.dtype, (wmma,) + tuple(outer[k] if r is k else r for r in red.src[1:]), Ops.ADD)
+    lanes = []
+    for e in range(layout_c.elements):
+        i, j = _coordinate(layout_c, lane, e, 0), _coordinate(layout_c, lane, e, 1)
+        lanes.append((UOp(Ops.GEP, red.dtype, (sums,), (e,)), outer[n] * N + j, outer[m] * M + i))
+    return _repeat_stores(ast, red, n, m, lanes)
