@@ -90,6 +90,9 @@ class Allocator:
     def _copyout(self, dest: memoryview, src: Any) -> None: raise NotImplementedError
     def _as_buffer(self, src: Any) -> memoryview: raise NotImplementedError
     def _offset(self, opaque: Any, size: int, offset: int) -> Any: raise NotImplementedError
+    # a device-to-device copy between two allocators of this class (two GPUs, or two buffers of one) without a
+    # trip through host memory; None: BufferCopy goes through the host. Signature: (dest, src, nbytes, src_allocator)
+    _transfer: Any = None
 
 HUGE_PAGE = 2 << 20
 

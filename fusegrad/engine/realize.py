@@ -51,7 +51,8 @@ class CompiledRunner(Runner):
                          vals=tuple(values_by_name[v.arg[0]] for v in self.p.vars), wait=wait)
 
 class BufferCopy(Runner):
-    """Copy one buffer into another, possibly across devices, through host memory."""
+    """Copy one buffer into another, possibly across devices: directly between two devices of one backend that
+    can (``Allocator._transfer``: CUDA peer copies), else through host memory."""
     def __init__(self, nbytes: int, dest_device: str, src_device: str):
         super().__init__(colored(f"copy {nbytes:8d}, {dest_device[:7]:>7s} <- {src_device[:7]:7s}", "yellow"), dest_device, 0, nbytes)
     def __call__(self, bufs: list[Buffer], var_vals: dict[UOp, int], wait: bool = False) -> float | None:
@@ -59,7 +60,9 @@ class BufferCopy(Runner):
         start = time.perf_counter()
         if dest.nbytes != src.nbytes: raise RuntimeError(f"copy between buffers of {src.nbytes} and {dest.nbytes} bytes")
         readinto = getattr(src.ensure_allocated().allocator, "readinto", None)
-        if readinto is not None and isinstance(dest.ensure_allocated().allocator, MallocAllocator):
+        if type(dest.ensure_allocated().allocator) is type(src.allocator) and dest.allocator._transfer is not None:
+            dest.allocator._transfer(dest._buf, src._buf, dest.nbytes, src.allocator)
+        elif readinto is not None and isinstance(dest.ensure_allocated().allocator, MallocAllocator):
             readinto(src._buf, dest.allocator._as_buffer(dest._buf))   # a file (DISK) read straight into host memory
         else: dest.copyin(src.as_buffer(allow_zero_copy=True))
         return time.perf_counter() - start if wait else None

@@ -198,6 +198,14 @@ class CUDAAllocator(Allocator):
             self.device.synchronize()
             ctypes.memmove(address, staging, dest.nbytes)
         else: cu("cuMemcpyDtoH_v2", address, src, dest.nbytes)
+    def _transfer(self, dest: int, src: int, nbytes: int, src_allocator: "CUDAAllocator") -> None:
+        """GPU to GPU (``CUDA:0`` -> ``CUDA:1``, or within one GPU): one ``cuMemcpyPeerAsync`` on this device's stream.
+        The driver copies over NVLink/PCIe directly where the GPUs can reach each other, else stages it itself."""
+        source = src_allocator.device
+        source.synchronize()   # the source's kernels have written it
+        self.device.make_current()
+        cu("cuMemcpyPeerAsync", dest, self.device.context, src, source.context, nbytes, self.device.stream)
+        self.device.synchronize()   # done before either side's next kernel writes src or reads dest
 
 # ---------------------------------------------------------------- programs
 

@@ -370,7 +370,7 @@ class FakeDriver:
     """Just enough of libcuda for the allocator, copies and launches: device memory is host memory, modules are
     the images given, and launches are recorded with their argument values (no kernel runs)."""
     def __init__(self):
-        self.memory, self.launches = {}, []
+        self.memory, self.launches, self.peer_copies = {}, [], []
     def __getattr__(self, name):
         if name.startswith("cu"): return lambda *args: 0   # context, stream, event calls: succeed, do nothing
         raise AttributeError(name)
@@ -387,6 +387,10 @@ class FakeDriver:
     def cuMemcpyDtoH_v2(self, dest, src, size): ctypes.memmove(dest, src, size); return 0
     def cuMemcpyHtoDAsync_v2(self, dest, src, size, stream): ctypes.memmove(dest, src, size); return 0
     def cuMemcpyDtoHAsync_v2(self, dest, src, size, stream): ctypes.memmove(dest, src, size); return 0
+    def cuMemcpyPeerAsync(self, dest, dest_context, src, src_context, size, stream):
+        self.peer_copies.append((dest_context, src_context, size))
+        ctypes.memmove(dest, src, size)
+        return 0
     def cuModuleLoadData(self, module, image): self.image = image; return 0
     def cuModuleGetGlobal_v2(self, address, size, module, name): return 0 if name in self.image else 500   # CUDA_ERROR_NOT_FOUND
     def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
@@ -414,6 +418,27 @@ def test_runtime_on_a_fake_driver_copies_both_ways(fake_cuda):
         view = memoryview(bytearray(8))
         device.allocator._copyout(view, device.allocator._offset(pointer, 8, 8))   # elements 2 and 3
         np.testing.assert_array_equal(np.frombuffer(view, np.float32), data[2:4])
+
+def test_runtime_on_a_fake_driver_copies_between_gpus(fake_cuda, monkeypatch):
+    """A copy between two CUDA devices is one peer copy on the destination's stream (no trip through the host),
+    for whole buffers and views; BufferCopy picks it for two CUDA buffers."""
+    from fusegrad.device import Buffer
+    from fusegrad.engine.realize import BufferCopy
+    driver, first = fake_cuda
+    second = type(first)("CUDA")
+    second.context = ctypes.c_void_p(7)   # (the fake driver gives both the same device: tell their contexts apart)
+    devices = {"CUDA": first, "CUDA:1": second}
+    monkeypatch.setattr(type(Device), "__getitem__", lambda self, name: devices[name])
+    data = np.arange(64, dtype=np.float32)
+    src, dest = Buffer("CUDA", 64, dtypes.float32).ensure_allocated(), Buffer("CUDA:1", 64, dtypes.float32).ensure_allocated()
+    src.copyin(memoryview(data.tobytes()))
+    BufferCopy(dest.nbytes, "CUDA:1", "CUDA")([dest, src], {})
+    assert driver.peer_copies == [(second.context, first.context, 256)]
+    np.testing.assert_array_equal(np.frombuffer(dest.as_buffer(), np.float32), data)
+    view, into = src.view(8, dtypes.float32, 16 * 4), Buffer("CUDA", 8, dtypes.float32).ensure_allocated()   # elements 16..23
+    BufferCopy(into.nbytes, "CUDA", "CUDA")([into, view], {})
+    np.testing.assert_array_equal(np.frombuffer(into.as_buffer(), np.float32), data[16:24])
+    assert len(driver.peer_copies) == 2
 
 def test_runtime_on_a_fake_driver_launches(fake_cuda):
     driver, device = fake_cuda
