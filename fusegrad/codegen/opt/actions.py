@@ -363,8 +363,8 @@ def _unroll(ast: UOp, rng: UOp, amount: int) -> UOp:
     mapping = {}
     for red in [x for x in ast.toposort if x.op is Ops.REDUCE and rng in x.src[1:]]:
         value = red.src[0].substitute({rng: outer * amount + lane})
-        others = tuple(r for r in red.src[1:] if r is not rng)
-        partial = UOp(Ops.REDUCE, red.dtype, (value, outer) + others, red.arg)
+        # (outer takes rng's place among the reduce's ranges: the loops keep their nesting order)
+        partial = UOp(Ops.REDUCE, red.dtype, (value,) + tuple(outer if r is rng else r for r in red.src[1:]), red.arg)
         mapping[red] = UOp(Ops.REDUCE, red.dtype, (partial, lane), red.arg)
     # then the range's other uses (outside the reduces)
     return ast.substitute(mapping).substitute({rng: outer * amount + lane})
