@@ -9,7 +9,7 @@ from fusegrad import Tensor, Device, Context
 from fusegrad.codegen import get_program
 from fusegrad.codegen.opt import Opt, OptOps, KernelOptError, apply_opt, kernel_axes, hand_coded_optimizations, colored_shape
 from fusegrad.codegen.opt.search import candidate_actions
-from fusegrad.uop.ops import Ops
+from fusegrad.uop.ops import Ops, AxisType
 from fusegrad.engine.realize import CompiledRunner
 from helpers import random_action_list, native_device
 
@@ -447,6 +447,27 @@ def test_unroll_replaces_the_range_everywhere(device):
     for opt in opts: ast = apply_opt(ast, opt, Device[device].renderer)
     assert [r.src[0].arg for r in kernel_axes(ast)] == [16, 1, 5, 20]
     np.testing.assert_allclose(_run(item, opts, device), x.numpy().mean((0, 2, 3)), rtol=1e-5, atol=1e-6)
+
+def test_unroll_keeps_the_loop_order():
+    """UNROLL splits a reduce axis into (outer, lanes) with outer where the axis was: x.sum((0, 2, 3)) with the last
+    axis unrolled still walks each row contiguously (its outer part innermost), not every row once per lane group."""
+    x = Tensor(np.random.default_rng(9).standard_normal((4, 8, 6, 20)).astype(np.float32), device="CPU").realize()
+    item = x.sum((0, 2, 3)).schedule()[-1]
+    program = get_program(item.ast, Device["CPU"].renderer, [Opt(R, 3, 4)])
+    loops = [u.src[0].arg for u in program.uops if u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE]
+    assert loops == [4, 6, 5], loops   # batch, row, then the row's 5 groups of 4 lanes
+    np.testing.assert_allclose(_run(item, [Opt(R, 3, 4)], "CPU"), x.numpy().sum((0, 2, 3)), rtol=1e-5)
+
+def test_heuristic_ignores_loads_outside_the_reduce():
+    """A BatchNorm variance, ((x - mean) ** 2).sum((0, 2, 3)) split over the batch, reads the per-channel mean once per
+    output: it isn't reused in the reduce loop, so it makes no register tile (which gathered 32 batch rows a lane each);
+    the reduce gets partial-sum lanes like a plain sum."""
+    x = Tensor(np.random.default_rng(10).standard_normal((512, 32, 20, 20)).astype(np.float32), device="CPU").realize()
+    mean = x.mean((0, 2, 3), keepdim=True).realize()
+    items = ((x - mean) ** 2).sum((0, 2, 3)).schedule()
+    first = next(i for i in items if i.ast.op is Ops.SINK and len(i.bufs) == 3)   # the split reduce's first stage
+    opts = _opts_on(first.ast, "CPU")
+    assert all(o.op is not OptOps.UPCAST for o in opts) and any(o.op is R for o in opts), opts
 
 def _training_kernels(device):
     """Every kernel of a small CNN's forward and backward (conv with 16 channels, BatchNorm, max-pool,
