@@ -122,6 +122,15 @@ def test_heuristic_register_tile_shapes():
         dw, = (x.conv2d(w) ** 2).sum().gradient(w)
         return [_opts_on(i.ast, "CPU")[:3] for i in dw.schedule() if i.ast.op is Ops.SINK]
     assert [Opt(OptOps.UPCAST, 2, 5), Opt(OptOps.UPCAST, 2, 5), Opt(OptOps.UPCAST, 0, 16)] in weight_gradient_tiles(24)
+    # a 3x3 window reuses the gathered vector 9 times: two input channels at once make it 18
+    x = Tensor(rng.standard_normal((48, 8, 8, 8)).astype(np.float32)).realize()
+    w = Tensor(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), requires_grad=True).realize()
+    dw, = (x.conv2d(w) ** 2).sum().gradient(w)
+    item = dw.schedule()[-1]
+    opts = _opts_on(item.ast, "CPU")
+    assert [o for o in opts if o.op is OptOps.UPCAST] == [Opt(OptOps.UPCAST, 2, 3), Opt(OptOps.UPCAST, 2, 3), Opt(OptOps.UPCAST, 1, 2),
+                                                          Opt(OptOps.UPCAST, 0, 16)], opts
+    np.testing.assert_allclose(_run(item, opts, "CPU").reshape(16, 8, 3, 3), _run(item, [], "CPU").reshape(16, 8, 3, 3), rtol=1e-4, atol=1e-3)
     # with 32-wide output rows both inputs are contiguous along the reduce's innermost axis and it fills
     # vectors: 16 partial sums per accumulator, for 4 output channels x 5 kernel columns
     assert [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 3, 5), Opt(OptOps.UNROLL, 5, 16)] in weight_gradient_tiles(36)
