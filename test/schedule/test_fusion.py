@@ -282,3 +282,42 @@ def test_stored_for_expand_recomputed_again_when_cheap(device):
         xn = x.numpy().astype(np.float64)
         v = xn.var((0, 2, 3), keepdims=True)
         assert_tensor(out, (xn / np.sqrt(v + 1e-5) * w.numpy().reshape(1, -1, 1, 1)).astype(np.float32), rtol=1e-4, atol=1e-4)
+
+def _gated_loads(ast) -> int:
+    """Loads whose value a pad's validity gate selects (``valid.where(load, 0)``)."""
+    return sum(1 for x in ast.toposort if x.op is Ops.WHERE and x.src[1].op is Ops.LOAD and x.src[2].op is Ops.CONST)
+
+def test_padded_input_read_by_many_windows_is_stored_once(device):
+    # a padded conv reads each input element once per output channel and kernel tap; through the pad every read pays
+    # the gate (3x slower on the CPU): a real conv stores the padded input first (a copy); a small one stays fused (a
+    # kernel stages small operands, zeros included, so their reads pay no gate)
+    rng = np.random.default_rng(8)
+    for (batch, channels, size), stored in (((8, 32, 24), True), ((4, 16, 16), False), ((1, 1, 4), False)):
+        x = realized(rng.standard_normal((batch, channels, size, size)).astype(np.float32), device)
+        w = realized(rng.standard_normal((channels, channels, 3, 3)).astype(np.float32), device)
+        out = x.conv2d(w, padding=1)
+        asts = _kernel_asts(out)
+        conv = [ast for ast in asts if _reduce_sizes(ast)]
+        assert len(conv) == 1 and len(asts) == (2 if stored else 1)
+        assert (_gated_loads(conv[0]) == 0) == stored
+        import torch
+        assert_tensor(out, torch.nn.functional.conv2d(torch.tensor(x.numpy()), torch.tensor(w.numpy()), padding=1).numpy(), rtol=1e-4, atol=1e-4)
+
+def test_reduce_read_through_a_pad_is_stored_first(device):
+    # the input gradient of a padded conv pads the output gradient; when that gradient is the conv itself (d(out**2) =
+    # 2 out), recomputing the conv inside the padded copy ran its loop on the padding too, with index math the pad's
+    # gate hid from the simplifier (16 s instead of 12 ms): the conv's output is stored before the pad
+    rng = np.random.default_rng(9)
+    x = realized(rng.standard_normal((2, 8, 12, 12)).astype(np.float32), device)
+    w = realized(rng.standard_normal((8, 8, 3, 3)).astype(np.float32), device)
+    x.requires_grad = w.requires_grad = True
+    out = x.conv2d(w, padding=1)
+    (gx,) = (out * out).sum().gradient(x)
+    asts = _kernel_asts(gx)
+    conv_sized = [ast for ast in asts if _reduce_sizes(ast) == {8, 3}]   # the forward conv and the input gradient
+    for ast in conv_sized:
+        assert all(st.src[0].src[0].dtype.size == 2 * 8 * 12 * 12 for st in ast.src), "a conv kernel writes the padded grid"
+    import torch
+    tx = torch.tensor(x.numpy(), requires_grad=True)
+    (torch.nn.functional.conv2d(tx, torch.tensor(w.numpy()), padding=1) ** 2).sum().backward()
+    assert_tensor(gx, tx.grad.numpy(), rtol=1e-4, atol=1e-3)
