@@ -151,11 +151,15 @@ def test_heuristic_register_tile_shapes():
     x34 = Tensor.ones(2, 8, 34, 34).contiguous().realize()
     assert _opts_on(x34.conv2d(w64).schedule()[-1].ast, "CPU")[:3] == [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 2, 2),
                                                                          Opt(OptOps.UPCAST, 3, 16)]
-    # padded, the input is stored padded first (schedule/__init__.py, _store_padded_windows): the conv reads it ungated
+    # a big padded input is stored padded first (schedule/__init__.py, _store_padded_windows): the conv reads it ungated
     # and gets the same tile
-    x32 = Tensor.ones(2, 8, 32, 32).contiguous().realize()
+    x32 = Tensor.ones(16, 8, 32, 32).contiguous().realize()
     assert _opts_on(x32.conv2d(w64, padding=1).schedule()[-1].ast, "CPU")[:3] == [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 2, 2),
                                                                                     Opt(OptOps.UPCAST, 3, 16)]
+    # a small one stays fused, gated along its 32-wide rows (gated lanes stay scalar): channel vectors instead
+    x32 = Tensor.ones(2, 8, 32, 32).contiguous().realize()
+    opts = _opts_on(x32.conv2d(w64, padding=1).schedule()[-1].ast, "CPU")
+    assert opts[0] == Opt(OptOps.STAGE, 1) and opts[-2] == Opt(OptOps.UPCAST, 1, 16), opts
     # without 16 channels the usual tile: channels outermost, 2 rows, columns split 4-wide to stay innermost
     w = Tensor.ones(24, 8, 3, 3).contiguous().realize()
     opts = _opts_on(x.conv2d(w).schedule()[-1].ast, "CPU")
