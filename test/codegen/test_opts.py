@@ -10,7 +10,7 @@ from fusegrad.codegen import get_program
 from fusegrad.codegen.opt import Opt, OptOps, KernelOptError, apply_opt, kernel_axes, hand_coded_optimizations, colored_shape
 from fusegrad.codegen.opt.search import candidate_actions
 from fusegrad.uop.ops import Ops, AxisType
-from fusegrad.engine.realize import CompiledRunner
+from fusegrad.engine.realize import CompiledRunner, lower_schedule_item
 from helpers import random_action_list, native_device
 
 def _kernel(build, device):
@@ -123,10 +123,11 @@ def test_heuristic_register_tile_shapes():
         return [_opts_on(i.ast, "CPU")[:3] for i in dw.schedule() if i.ast.op is Ops.SINK]
     assert [Opt(OptOps.UPCAST, 2, 5), Opt(OptOps.UPCAST, 2, 5), Opt(OptOps.UPCAST, 0, 16)] in weight_gradient_tiles(24)
     # a 3x3 window reuses the gathered vector 9 times: two input channels at once make it 18
-    x = Tensor(rng.standard_normal((48, 8, 8, 8)).astype(np.float32)).realize()
-    w = Tensor(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), requires_grad=True).realize()
+    x = Tensor(rng.standard_normal((48, 8, 8, 8)).astype(np.float32), device="CPU").realize()   # (run on the CPU whatever DEV says)
+    w = Tensor(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), device="CPU", requires_grad=True).realize()
     dw, = (x.conv2d(w) ** 2).sum().gradient(w)
     item = dw.schedule()[-1]
+    for earlier in dw.schedule()[:-1]: lower_schedule_item(earlier).run()
     opts = _opts_on(item.ast, "CPU")
     assert [o for o in opts if o.op is OptOps.UPCAST] == [Opt(OptOps.UPCAST, 2, 3), Opt(OptOps.UPCAST, 2, 3), Opt(OptOps.UPCAST, 1, 2),
                                                           Opt(OptOps.UPCAST, 0, 16)], opts
