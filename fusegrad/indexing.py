@@ -223,10 +223,29 @@ def _merge_through(base: "Tensor", chain: tuple, value: "Tensor") -> "Tensor":
     return written.where(value, base)
 
 def _replace_everywhere(old: UOp, new: UOp) -> None:
-    """Point every live tensor that reads ``old`` at ``new``."""
+    """Point every live tensor that reads ``old`` at ``new``. One walk over all their graphs together finds the
+    readers (a toposort per tensor re-walked the subgraphs tensors share: a GPT-2 prefill's 12 cache writes spent
+    10 ms in it)."""
     from fusegrad.tensor import all_tensors
-    for t in list(all_tensors):
-        if old in t.uop.toposort: t.uop = t.uop.substitute({old: new})
+    tensors = list(all_tensors)
+    reads = _reads(old, [t.uop for t in tensors])
+    for t in tensors:
+        if reads[t.uop]: t.uop = t.uop.substitute({old: new})
+
+def _reads(target: UOp, roots: list[UOp]) -> dict[UOp, bool]:
+    """For every node under ``roots``: does its graph contain ``target``? (One iterative walk, shared by all roots.)"""
+    reads: dict[UOp, bool] = {}
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            node, sources_done = stack.pop()
+            if node in reads: continue
+            if node is target: reads[node] = True
+            elif sources_done: reads[node] = any(reads[s] for s in node.src)
+            else:
+                stack.append((node, True))
+                stack.extend((s, False) for s in node.src if s not in reads)
+    return reads
 
 def _checked_value(target: "Tensor", x: Any) -> "Tensor":
     """The value of ``target.assign(x)`` as a tensor of the target's shape, dtype and device; raises
