@@ -12,6 +12,10 @@ What runs, and why (``SUITES`` below):
 - CL (PoCL) builds every new kernel from source (~0.3 s each): the op tests run as a sample of every
   ``CL_OPS_SAMPLE``-th test (``FUSEGRAD_TEST_SAMPLE``), the other files whole.
 - PYTHON interprets every uop in Python: what is left after deselection runs whole.
+- PYTHON with ``EMULATE=CUDA`` renders every kernel as the CUDA device would (the GPU heuristic, flat elementwise
+  kernels, warp tensor cores for half and bfloat16 matmuls) and checks the results on this GPU-less machine: the op,
+  gradient, JIT and op-fuzz tests run whole, nothing deselected (on the emulated device the PYTHON-parametrized tests
+  are new kernels). The opt tests stay out: they pin the plain PYTHON renderer's limits (64 KiB of shared memory).
 
 Measured seconds of one worker per suite (each suite's subprocess on its own, this 2-core machine nearly idle;
 "cold" with empty fusegrad and PoCL caches, FUSEGRAD_CACHE and POCL_CACHE_DIR pointing at new folders, "warm" the
@@ -25,6 +29,7 @@ same run again):
     CL-fuzz        159      79      9
     PYTHON-all     275      34     15
     together              406     66    (the CL hook this replaced: 188 cold, for CL alone)
+    PYTHON-emulated-CUDA  1269  22     22    (added later; PYTHON compiles nothing, so cold = warm)
 
 That is ~7 minutes of one worker cold, about 3.5 minutes added to the 2-worker main suite (~4 minutes warm), and
 under a minute warm; CL-ops, the longest, stays shorter than the main suite. Under load (other work on the same
@@ -51,6 +56,8 @@ class DeviceSuite:
     name: str
     files: tuple[str, ...]
     sample: int = 1
+    emulate: str = ""            # EMULATE for the subprocess (PYTHON rendering like another device)
+    deselect_main: bool = True   # leave out the tests the main suite runs (False: the emulated device makes them new)
 
 SUITES = (
     DeviceSuite("LLVM", "ops", OPS),
@@ -59,6 +66,7 @@ SUITES = (
     DeviceSuite("CL", "rest", GRADIENT_JIT_OPTS),
     DeviceSuite("CL", "fuzz", FUZZ),
     DeviceSuite("PYTHON", "all", OPS + GRADIENT_JIT_OPTS + FUZZ),
+    DeviceSuite("PYTHON", "emulated-CUDA", OPS + ("test/test_gradient.py", "test/engine/test_jit.py") + FUZZ, emulate="CUDA", deselect_main=False),
 )
 
 # (no skip without OpenCL or llvmlite: scripts/install_system.sh installs PoCL and the testing extra llvmlite;
@@ -68,9 +76,9 @@ pytestmark = pytest.mark.hang_guard(1800)
 def suite_env(suite: DeviceSuite, full: bool) -> dict[str, str]:
     """The subprocess's environment: ``DEV`` names the suite's device; outside ``full`` runs, tests the main suite
     already runs are deselected and the suite's sample rate applies."""
-    env = {**os.environ, "DEV": suite.device, "FUSEGRAD_TEST_SAMPLE": "1" if full else str(suite.sample)}
+    env = {**os.environ, "DEV": suite.device, "FUSEGRAD_TEST_SAMPLE": "1" if full else str(suite.sample), "EMULATE": suite.emulate}
     env.pop("FUSEGRAD_TEST_DESELECT_DEVICES", None)
-    if not full: env["FUSEGRAD_TEST_DESELECT_DEVICES"] = MAIN_SUITE_DEVICES
+    if not full and suite.deselect_main: env["FUSEGRAD_TEST_DESELECT_DEVICES"] = MAIN_SUITE_DEVICES
     return env
 
 @pytest.mark.parametrize("suite", SUITES, ids=lambda suite: f"{suite.device}-{suite.name}")
