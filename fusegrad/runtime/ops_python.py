@@ -29,7 +29,7 @@ TRUNC follows ``exec_alu`` too: ``trunc(-0.5)`` is ``0.0``, not C's ``-0.0``.
 [0, 2, 4, 6]
 """
 from __future__ import annotations
-import base64, io, math, pickle, time
+import base64, functools, io, math, pickle, time
 from typing import Any, Callable
 import numpy as np
 from fusegrad.dtype import DType, PtrDType, ImageDType, dtypes, INVERSE_NAMES
@@ -176,8 +176,10 @@ def _warp_wmma(tc: TensorCore, xs: list, lanes: int, local_size: int, mask: np.n
     rows, cols = _fragment_points(tc.layout[2], threads)
     return out[:, rows, cols].reshape(lanes, -1).astype(np.float32)
 
+@functools.lru_cache(maxsize=None)
 def _fragment_points(layout, threads: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, cols), each (threads, elements): where each lane's fragment elements sit in the matrix."""
+    """(rows, cols), each (threads, elements): where each lane's fragment elements sit in the matrix (worked out once
+    per layout, not on every instruction the interpreter runs)."""
     points = np.array([[layout.coordinates(t, e) for e in range(layout.elements)] for t in range(threads)])
     return points[..., 0], points[..., 1]
 
