@@ -214,6 +214,7 @@ def lower_schedule_item(item) -> ExecItem:
     return ExecItem(get_runner(bufs[0].device, item.ast), bufs, dict(item.var_vals))
 
 _compile_pool: "concurrent.futures.ThreadPoolExecutor | None" = None
+CHUNKS_PER_WORKER = 2   # precompile sends a step's kernels to the compilers in about this many batches per core
 
 def precompile(schedule: list) -> None:
     """Generate and compile every kernel of ``schedule`` not in the method cache yet. Code generation
@@ -235,15 +236,18 @@ def precompile(schedule: list) -> None:
     def submit(device: str, parts: int) -> None:
         for chunk in _balanced(waiting.pop(device, []), parts):
             batches.append((chunk, _compile_pool.submit(_timed_compile_batch, Device[device].compiler, [p for _, p in chunk])))
-    progress, min_batch, unsaved = CompileProgress(len(todo)), max(1, len(todo) // 8), []
+    progress, unsaved = CompileProgress(len(todo)), []
+    chunk = max(1, -(-len(todo) // (CHUNKS_PER_WORKER * workers)))
     for shared_key, (device, ast) in todo.items():
         with profile.span("codegen", "codegen"):
             program = _program(device, ast, unsaved)
         waiting.setdefault(device, []).append((shared_key, program))
-        # this thread generates code on one core; what it made since the last batch goes to the compiler when a
-        # compiler slot is free and at least an eighth of the kernels wait (a compiler process costs ~40 ms to start:
-        # about eight batches keep codegen and compiling overlapped without paying it per kernel)
-        if len(waiting[device]) >= min_batch and sum(not future.done() for _, future in batches) < max(1, workers - 1): submit(device, 1)
+        # this thread generates a kernel (~6 ms) much faster than a compiler compiles it (~35 ms): every `chunk` kernels
+        # go to the pool's queue, which runs `workers` compiler processes at once. Batches of a fixed size keep every
+        # core busy to the end (a batch holding whatever piled up while the first one compiled was most of the step,
+        # and one core compiled it alone: 1.8 of MNIST's 2.8 s); a compiler process costs ~40 ms to start, so a few
+        # batches per core, not one per kernel
+        if len(waiting[device]) >= chunk: submit(device, 1)
     for device in list(waiting): submit(device, workers)   # the rest, split over every core
     program_cache.store_many(unsaved)   # (while the compilers run)
     for chunk, future in batches:

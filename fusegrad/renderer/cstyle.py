@@ -130,7 +130,15 @@ class CStyleLanguage(Renderer):
             if dtype.scalar() == dtypes.float32 and n in (4, 8, 16):
                 prefix, ints, floats = {16: ("_mm512", "__m512i", "__m512"), 8: ("_mm256", "__m256i", "__m256"), 4: ("_mm", "__m128i", "__m128")}[n]
                 mask = f"{prefix}_test_epi32_mask(({ints})(m), ({ints})(m))"
-                lines += ["#if defined(__AVX512F__) && defined(__AVX512VL__)", "#include <immintrin.h>",
+                # gcc: its builtins, which the intrinsics wrap, so the kernel includes no header. immintrin.h takes
+                # ~130 ms to parse, more than compiling most kernels, and once per batch of kernels that include it
+                bits, width, lanes = "unsigned short" if n == 16 else "unsigned char", n * 32, f"fg_i32x{n}"
+                builtin_mask = f"(({bits})__builtin_ia32_ptestmd{width}(({lanes})(m), ({lanes})(m), ({bits})-1))"
+                lines += ["#if defined(__AVX512F__) && defined(__AVX512VL__) && defined(__GNUC__) && !defined(__clang__)",
+                          f"typedef int {lanes} __attribute__((vector_size({n * 4})));",
+                          f"#define FG_LOAD_{vec}(p, m) (({vec})__builtin_ia32_loadups{width}_mask((const float*)(p), ({vec}){{0}}, {builtin_mask}))",
+                          f"#define FG_STORE_{vec}(p, m, v) __builtin_ia32_storeups{width}_mask((float*)(p), ({vec})(v), {builtin_mask})",
+                          "#elif defined(__AVX512F__) && defined(__AVX512VL__)", "#include <immintrin.h>",
                           f"#define FG_LOAD_{vec}(p, m) (({vec}){prefix}_maskz_loadu_ps({mask}, (p)))",
                           f"#define FG_STORE_{vec}(p, m, v) {prefix}_mask_storeu_ps((p), {mask}, ({floats})(v))", "#else",
                           f"#define FG_LOAD_{vec}(p, m) {loop_load}", f"#define FG_STORE_{vec}(p, m, v) {loop_store}", "#endif"]

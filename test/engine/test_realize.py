@@ -1,5 +1,5 @@
 """engine/realize.py: compiling a schedule's kernels."""
-import threading
+import threading, time
 import numpy as np
 from fusegrad import Tensor, Device
 from fusegrad.engine import realize
@@ -39,3 +39,36 @@ def test_precompile_skips_cached_kernels():
     before = dict(realize.method_cache)
     realize.precompile(items)      # everything is cached: nothing is generated again
     assert realize.method_cache == before
+
+def test_precompile_sends_batches_of_bounded_size(monkeypatch):
+    """Kernels go to the compilers in batches of at most ceil(kernels / (CHUNKS_PER_WORKER x cores)), each kernel once:
+    one big batch of whatever piled up while the first batch compiled left a core idle for most of MNIST's first step."""
+    import os
+    device = native_device()
+    compiler = Device[device].compiler
+    batches: list[int] = []
+    original_batch = type(compiler).compile_cached_batch
+    def recording_batch(self, srcs):
+        batches.append(len(srcs))
+        time.sleep(0.1)   # a compiler much slower than code generation, as gcc is: kernels pile up while it runs
+        return original_batch(self, srcs)
+    monkeypatch.setattr(type(compiler), "compile_cached_batch", recording_batch)
+    original_single = type(compiler).compile_cached
+    def recording_single(self, src):
+        if threading.current_thread() is not threading.main_thread():
+            batches.append(1)
+            time.sleep(0.1)
+        return original_single(self, src)
+    monkeypatch.setattr(type(compiler), "compile_cached", recording_single)
+    xn = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x = Tensor(xn, device=device).realize()
+    constants = [1.0625 + 0.015625 * i for i in range(24)]   # (constants no other test uses: every kernel is new)
+    y, expected = x, xn
+    for k in constants:   # a reduce per link: one kernel each (a contraction, so float32 rounding does not grow)
+        y, expected = ((y * k).sum(1, keepdim=True) * 0.05).sin() - y * 0.5, np.sin((expected * k).sum(1, keepdims=True) * 0.05) - expected * 0.5
+    items = y.schedule()
+    realize.run_schedule(items)
+    workers = max(1, os.cpu_count() or 1)
+    assert len(items) >= len(constants) and sum(batches) == len(items)
+    assert max(batches) <= -(-len(items) // (realize.CHUNKS_PER_WORKER * workers)), batches
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-4)
