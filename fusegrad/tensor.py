@@ -382,7 +382,8 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if len(items) > 1:
             from fusegrad.engine.memory import plan_memory, referenced_buffers
             # buffers read by live tensors or by graphs kept for autograd must get their own memory
-            keep = referenced_buffers([t.uop for t in _live_tensors()] + origins)
+            planned = {b for item in items for b in item.buffer_uops}
+            keep = referenced_buffers([t.uop for t in _live_tensors()] + origins, planned)
             plan_memory([item.buffer_uops for item in items], keep, BUFFERS)
         run_schedule(items, do_update_stats=do_update_stats)
         return self
@@ -911,17 +912,33 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         counter.assign(counter + num)
         return Tensor._device_seeds[device], Tensor(counter.uop, requires_grad=False) - num
     @staticmethod
+    def _draw_keys(device: str, num: int, starts: tuple[int, ...] = (0,)) -> "Tensor":
+        """The keys of a draw of ``num`` words, one (low, high) uint32 pair per chunk start: the Threefry cipher of
+        the device's counter + start under its key. Computed now (one small kernel, which also advances the
+        counter), so the draw's big graph reads a realized buffer and not the counter's chain of assigns: a lazy
+        draw that read the chain was rewritten whenever an earlier draw was realized, and realizing 100 lazy
+        ``randn(128, 128)`` one after another took 7 s. TinyJit captures this kernel like any other, so replays
+        still advance the counter."""
+        def keys() -> "Tensor":   # (its intermediate tensors are gone before the realize, which would update them)
+            key, counter = Tensor._next_counter(device, num)
+            pairs = []
+            for start in starts:
+                block = counter + start
+                low, high = _threefry2x32(block.cast(dtypes.uint32), (block >> 32).cast(dtypes.uint32), key[0:1], key[1:2])
+                pairs.append(low.cat(high))
+            return Tensor.stack(*pairs)
+        return keys().realize()
+    @staticmethod
     def _random_bits(count: int, device: str) -> "Tensor":
         """``count`` random uint32 words of the device's Threefry-2x32 stream (see above)."""
-        key, counter = Tensor._next_counter(device, count)
-        chunks, chunk_max = [], 0xFFFFFFFF
-        for start in range(0, count, chunk_max):
+        chunk_max = 0xFFFFFFFF
+        starts = tuple(range(0, count, chunk_max))
+        keys, chunks = Tensor._draw_keys(device, count, starts), []
+        for i, start in enumerate(starts):
             size = min(count - start, chunk_max)
-            block = counter + start
-            key_low, key_high = _threefry2x32(block.cast(dtypes.uint32), (block >> 32).cast(dtypes.uint32), key[0:1], key[1:2])
             half = ceildiv(size, 2)
             counts0 = Tensor.arange(half, device=device, dtype=dtypes.uint32)
-            words0, words1 = _threefry2x32(counts0, counts0 + half, key_low.reshape(()), key_high.reshape(()))
+            words0, words1 = _threefry2x32(counts0, counts0 + half, keys[i, 0], keys[i, 1])
             chunks.append(words0.cat(words1)[:size])
         return chunks[0].cat(*chunks[1:])
     @staticmethod
@@ -961,11 +978,26 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """
         shape = Tensor._shape_arg(shape)
         dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
-        requires_grad = kwargs.pop("requires_grad", None)
+        requires_grad, count = kwargs.pop("requires_grad", None), prod(shape)
+        if not isinstance(kwargs.get("device"), (tuple, list)) and 0 < count < 0x7FFFFFFF and all(isinstance(s, int) for s in shape):
+            device = _canonical_device(kwargs.pop("device", None))
+            kwargs.pop("contiguous", None)   # (nothing is stored on the way: the normals are one expression)
+            uniform0, uniform1 = Tensor._paired_uniforms(count, device)
+            normal = _box_muller(uniform0, uniform1).reshape(shape)
+            return Tensor(normal.cast(dtype).uop, requires_grad=requires_grad, **kwargs)
         src = Tensor.rand(2, *shape, dtype=dtypes.float32, **kwargs)
-        # Box-Muller on two uniforms, as tinygrad (the same stream gives the same normals)
-        normal = (src[0] * (2 * math.pi)).cos() * ((1 - src[1]).log() * -2).sqrt()
-        return Tensor(normal.cast(dtype).uop, requires_grad=requires_grad)
+        return Tensor(_box_muller(src[0], src[1]).cast(dtype).uop, requires_grad=requires_grad)
+    @staticmethod
+    def _paired_uniforms(count: int, device: str) -> tuple["Tensor", "Tensor"]:
+        """The two halves of ``Tensor.rand(2, count)``'s float32 uniforms, unstored: the draw's 2 * count words are
+        one Threefry call per counter c < count, whose two output words are words c and c + count (see
+        ``_random_bits``). So normal i reads both of its uniforms from one call: randn's kernel runs the cipher once
+        per normal, where storing the uniforms first ran it once per word (the two halves of a cat) and wrote and
+        read 8 bytes per normal more. Same stream, same numbers."""
+        keys = Tensor._draw_keys(device, 2 * count)
+        counts = Tensor.arange(count, device=device, dtype=dtypes.uint32)
+        words0, words1 = _threefry2x32(counts, counts + count, keys[0, 0], keys[0, 1])
+        return _bits_to_unit_interval(words0, count, dtypes.float32), _bits_to_unit_interval(words1, count, dtypes.float32)
     def randn_like(self, **kwargs) -> "Tensor":
         """Standard normal samples shaped (and sharded) like ``self``.
 
@@ -2772,6 +2804,12 @@ def _uint32_words_as(words: Tensor, unsigned: DType) -> Tensor:
     parts = [(words >> (width * i)) & mask for i in range(pieces)]
     return Tensor.stack(*parts, dim=1).reshape(-1).cast(unsigned)
 
+def _box_muller(uniform0: Tensor, uniform1: Tensor) -> Tensor:
+    """Standard normals from two float32 uniforms in [0, 1): cos(2 pi u0) * sqrt(-2 log(1 - u1)), as tinygrad draws
+    them (the same stream gives the same normals)."""
+    angle = (uniform0 * (2 * math.pi)).uop
+    return Tensor(xsin(angle, 1, bounded=True)) * ((1 - uniform1).log() * -2).sqrt()   # (cos: the angle is below 2 pi)
+
 def _bits_to_unit_interval(bits: Tensor, count: int, dtype: DType) -> Tensor:
     """``count`` floats of ``dtype`` in [0, 1) from uint32 random words: each float's top mantissa bits
     are random bits under the exponent of 1.0, so the value is ``1.x - 1`` (uniform on a 2**-mantissa grid)."""
@@ -2837,6 +2875,14 @@ def _keep_tensor_views(becomes: dict[UOp, UOp], tensor_uops: list[UOp]) -> dict[
         if (holder := _holder_reached(node, holders[new.base])) is not None: kept[node] = _rebase_on_holder(new, holder)
     return kept
 
+def _reaches_any(u: UOp, nodes: dict | set) -> bool:
+    """Does ``u``'s graph contain one of ``nodes``? Looks up the smaller side in the larger: realizing a draw's
+    few key nodes must not walk every pending graph, and many pending graphs made that quadratic."""
+    ancestors = u._ancestors
+    if u in nodes: return True
+    if len(nodes) < len(ancestors): return any(node in ancestors for node in nodes)
+    return any(x in nodes for x in ancestors)
+
 def _apply_becomes(becomes: dict[UOp, UOp]) -> list[UOp]:
     """After scheduling, point every live tensor at the buffers (or constants) its graph became.
 
@@ -2865,7 +2911,7 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> list[UOp]:
                 while base.op in movement: base = base.src[0]
                 if base.op is buffer_op: continue
             if (new := substituted.get(u)) is None:
-                if not any(x in becomes for x in u._ancestors): continue
+                if not _reaches_any(u, becomes): continue
                 new = substituted[u] = u.substitute(becomes)
         t.uop = new
         if new is not u: changed.append((t, u))

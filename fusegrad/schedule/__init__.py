@@ -168,6 +168,9 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
             _store_padded_windows(node, realize)
             base = node.src[0].base
             if base.op in boundaries or base in realize: continue
+            # a single element broadcast (lr * 0.9, a key word) is loop-invariant: codegen computes it once, before
+            # the kernel's loops, so it is not repeated per element (a kernel of its own would cost a launch)
+            if _numel(base.shape) == 1 and not has_reduce[base]: continue
             expand_factor[base] = max(expand_factor.get(base, 1.0), _expand_factor(node))
             if has_reduce[base] or _store_for_repeats(base, work[base], expand_factor[base]): realize.add(base)
     stored_for_expand = {node for node in expand_factor if node in realize}

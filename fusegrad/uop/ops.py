@@ -176,10 +176,17 @@ class UOp(metaclass=UOpMetaClass):
 
     # ---------------------------------------------------------------- shapes (tensor graph)
     def _fill_bottom_up(self, attribute: str) -> None:
-        """Compute a cached attribute for every ancestor first, sources before users, so a deep
-        graph never recurses deeper than one level."""
-        for x in self._ancestors:
-            if attribute not in x.__dict__: getattr(x, attribute)
+        """Compute a cached attribute for every ancestor that lacks it, sources before users, so a deep
+        graph never recurses deeper than one level. The walk stops at nodes that have it: a new graph
+        on top of an old one costs its new nodes only."""
+        stack: list[tuple[UOp, bool]] = [(s, False) for s in self.src]
+        while stack:
+            node, sources_done = stack.pop()
+            if attribute in node.__dict__: continue
+            if sources_done: getattr(node, attribute)
+            else:
+                stack.append((node, True))
+                stack.extend((s, False) for s in node.src if attribute not in s.__dict__)
     @memoized_property
     def shape(self) -> tuple | None:
         """The shape of a tensor-graph UOp (None for kernel-level UOps). Symbolic sizes are UOps."""

@@ -321,3 +321,16 @@ def test_reduce_read_through_a_pad_is_stored_first(device):
     tx = torch.tensor(x.numpy(), requires_grad=True)
     (torch.nn.functional.conv2d(tx, torch.tensor(w.numpy()), padding=1) ** 2).sum().backward()
     assert_tensor(gx, tx.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+def test_a_broadcast_scalar_is_computed_in_its_consumer():
+    """A one-element value broadcast over a big tensor (an optimizer's lr * bias correction, a random draw's key word)
+    stays in the consumer's kernel whatever its work: it doesn't move along the loops, so codegen computes it once
+    before them. (Counted as repeated per element, it was stored in a kernel of its own.)"""
+    rng = np.random.default_rng(3)
+    x, s = rng.standard_normal((512, 512)).astype(np.float32), np.array([0.7], np.float32)
+    a, scalar = realized(x, "CPU"), realized(s, "CPU")
+    factor = ((scalar * 1.5 + 0.25).exp() * scalar).sqrt() - scalar.reciprocal()
+    out = a * factor
+    assert count_kernels(out) == 1
+    expected_factor = np.sqrt(np.exp(s * 1.5 + 0.25) * s) - 1 / s
+    assert_tensor(out, x * expected_factor.astype(np.float32), rtol=1e-5, atol=1e-6)
