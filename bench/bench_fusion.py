@@ -11,6 +11,9 @@
    be stored once, not recomputed for every column.
 2. tail: ``(a @ b).relu().sum(axis=1)`` of realized N×N inputs against the plain ``a @ b``. The
    relu tail must not pull the sum's reduce into the matmul's loop nest.
+3. lazy_draws: ``--draws`` lazy ``randn(128, 128) * 0.1`` (a model's initial weights), realized one after
+   another, against the same draws realized together. Realizing one draw must not rewrite the pending
+   ones (it used to: quadratic, 7.3 s for 100 draws).
 
 Each row prints the fused graph's time, its reference's time and their ratio (the issue's goal is
 ≤ 1.5x), the kernels the fused graph ran, and PyTorch's time for the same graph ("÷ torch" = torch
@@ -24,7 +27,7 @@ import argparse, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _benchutil import run_sections, ChildRunner, fmt, fusegrad_kernel_time, import_framework, import_torch, median_time, print_table, ratio, status
 
-SECTIONS = ["randn_matmul", "tail"]
+SECTIONS = ["randn_matmul", "tail", "lazy_draws"]
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -34,6 +37,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2, help="threads per peer (OMP_NUM_THREADS, torch.set_num_threads)")
     p.add_argument("--randn-sizes", type=int, nargs="+", default=[512], help="N for the randn matmul row")
     p.add_argument("--sizes", type=int, nargs="+", default=[256], help="N for the matmul + relu + sum row")
+    p.add_argument("--draws", type=int, default=100, help="lazy draws for the lazy_draws row")
     p.add_argument("--reps", type=int, default=9, help="timed repetitions (median)")
     p.add_argument("--timeout", type=float, default=600, help="seconds before a child process is abandoned")
     p.add_argument("--verbose", action="store_true", help="show the children's stderr")
@@ -71,7 +75,20 @@ def task_fusion(t: dict) -> dict:
     result["reference_kernel"], _ = fusegrad_kernel_time(reference, reps)
     return result
 
-TASKS = {"randn_matmul": task_fusion, "tail": task_fusion}
+def task_lazy_draws(t: dict) -> dict:
+    """Seconds to make ``draws`` lazy normals and realize them one by one, and all together (torch: make them)."""
+    count, reps = t["draws"], max(1, t["reps"] // 3)
+    if t["framework"] == "torch":
+        torch = import_torch(t["threads"])
+        make = lambda: [torch.randn(128, 128) * 0.1 for _ in range(count)]
+        return {"one_by_one": median_time(make, reps), "together": median_time(make, reps)}
+    _fw, Tensor, *_rest = import_framework("fusegrad")
+    def one_by_one():
+        for draw in [Tensor.randn(128, 128) * 0.1 for _ in range(count)]: draw.realize()
+    return {"one_by_one": median_time(one_by_one, reps),
+            "together": median_time(lambda: Tensor.realize(*[Tensor.randn(128, 128) * 0.1 for _ in range(count)]), reps)}
+
+TASKS = {"randn_matmul": task_fusion, "tail": task_fusion, "lazy_draws": task_lazy_draws}
 
 # ================================================================ parent
 
@@ -105,6 +122,24 @@ def section_randn_matmul(args, runner: ChildRunner) -> None:
 
 def section_tail(args, runner: ChildRunner) -> None:
     _section(args, runner, "tail", args.sizes, "2. (a @ b).relu().sum(axis=1), realized {n}x{n} inputs", "the plain a @ b")
+
+def section_lazy_draws(args, runner: ChildRunner) -> None:
+    base, results = {"task": "lazy_draws", "draws": args.draws, "reps": args.reps}, []
+    if "fusegrad" in args.peers: results.append(("fusegrad", runner.run(base, "fusegrad", cache=runner.cache_dir("lazy_draws"))))
+    if args.baseline:
+        results.append(("fusegrad baseline", runner.run(base, "fusegrad", cache=runner.cache_dir("lazy_draws_base"),
+                                                        extra_env={"PYTHONPATH": os.path.abspath(args.baseline)})))
+    if "torch" in args.peers: results.append((f"torch ({args.threads} threads)", runner.run(base, "torch")))
+    torch_t = next((r["one_by_one"] for label, r in results if label.startswith("torch") and r["ok"]), None)
+    rows, errors = [], []
+    for label, r in results:
+        if not r["ok"]: rows.append([label, status(r, errors, label)] + ["-"] * 3); continue
+        rows.append([label, fmt(r["one_by_one"], 1e3, 1), fmt(r["together"], 1e3, 1), ratio(r["one_by_one"], r["together"]),
+                     ratio(torch_t, r["one_by_one"])])
+    notes = ["one by one: make the draws lazily, then .realize() each; together: Tensor.realize(*draws) (torch: both are "
+             "eager draws); 'one ÷ together' should stay near 1 (no cliff)", "'÷ torch' = torch's time ÷ this one-by-one time"]
+    print_table(f"3. {args.draws} lazy randn(128,128) * 0.1, realized one by one", ["peer", "one by one ms", "together ms",
+                "one ÷ together", "÷ torch"], rows, notes + errors)
 
 def main() -> None:
     sections = {name[len("section_"):]: fn for name, fn in globals().items() if name.startswith("section_")}
