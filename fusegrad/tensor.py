@@ -2760,37 +2760,21 @@ def _u32_broadcast(u: UOp, shape: tuple) -> UOp:
     if u.shape == shape: return u
     return u.reshape((1,) * (len(shape) - len(u.shape)) + u.shape).expand(shape)
 
-# Threefry-2x32's rotation amounts, alternating between blocks of four rounds
-_THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
-
 def _threefry2x32(x0: Tensor, x1: Tensor, key0: Tensor, key1: Tensor) -> tuple[Tensor, Tensor]:
-    """The Threefry-2x32 block cipher (20 rounds) on uint32 tensors: the block (x0, x1) encrypted under
-    the key (key0, key1), all uint32 tensors that broadcast (additions wrap modulo 2**32).
+    """The Threefry-2x32 block cipher (20 rounds) on uint32 tensors: the block (x0, x1) encrypted under the key
+    (key0, key1), all uint32 tensors that broadcast; returns the two output words.
 
-    A draw builds ~100 ops per call, so they are built as UOps directly: every operand is already uint32
-    and every op has the block's shape, so the Tensor layer's promotion, checks and per-op broadcasting
-    would only cost time. The nodes are the very ones Tensor ops would give (UOps are interned: the
-    constants and keys are broadcast exactly as ``_broadcasted`` does), so kernels and cached schedules
-    are unchanged."""
+    One Ops.THREEFRY node on the uint64 packings of the block and the key (high word << 32 | low word, tinygrad's
+    form), and a cast and a shift to read the words back: codegen expands the rounds (codegen/threefry.py), once
+    per kernel. (Built as ~100 uint32 UOps per call, a draw spent milliseconds in Python building its graph.)"""
     shape = _broadcast_shape(x0.shape, x1.shape, key0.shape, key1.shape)
-    device, constants = x0.device, {}
-    def const(value: int, to_shape: tuple) -> UOp:   # a uint32 literal broadcast to ``to_shape``, as a Tensor op does
-        if (value, to_shape) not in constants:
-            constants[(value, to_shape)] = _u32_broadcast(UOp.const(dtypes.uint32, value, device, ()), to_shape)
-        return constants[(value, to_shape)]
-    def alu(op: Ops, a: UOp, b: UOp) -> UOp: return UOp(op, dtypes.uint32, (a, b))
-    key_shape = _broadcast_shape(key0.shape, key1.shape)
-    k0, k1 = _u32_broadcast(key0.uop, key_shape), _u32_broadcast(key1.uop, key_shape)
-    k2 = alu(Ops.XOR, alu(Ops.XOR, k0, k1), const(0x1BD11BDA, key_shape))
-    keys = tuple(_u32_broadcast(k, shape) for k in (k0, k1, k2))
-    a, b = alu(Ops.ADD, _u32_broadcast(x0.uop, shape), keys[0]), alu(Ops.ADD, _u32_broadcast(x1.uop, shape), keys[1])
-    for block in range(5):
-        for r in _THREEFRY_ROTATIONS[block % 2]:
-            a = alu(Ops.ADD, a, b)
-            b = alu(Ops.XOR, alu(Ops.OR, alu(Ops.SHL, b, const(r, shape)), alu(Ops.SHR, b, const(32 - r, shape))), a)
-        a = alu(Ops.ADD, a, keys[(block + 1) % 3])
-        b = alu(Ops.ADD, alu(Ops.ADD, b, keys[(block + 2) % 3]), const(block + 1, shape))
-    return Tensor(a), Tensor(b)
+    device = x0.device
+    thirty_two = _u32_broadcast(UOp.const(dtypes.uint64, 32, device, ()), shape)
+    def packed(low: Tensor, high: Tensor) -> UOp:
+        low64, high64 = (_u32_broadcast(t.uop, shape).cast(dtypes.uint64) for t in (low, high))
+        return UOp(Ops.OR, dtypes.uint64, (UOp(Ops.SHL, dtypes.uint64, (high64, thirty_two)), low64))
+    out = UOp(Ops.THREEFRY, dtypes.uint64, (packed(x0, x1), packed(key0, key1)))
+    return Tensor(out.cast(dtypes.uint32)), Tensor(UOp(Ops.SHR, dtypes.uint64, (out, thirty_two)).cast(dtypes.uint32))
 
 def _uint32_words_as(words: Tensor, unsigned: DType) -> Tensor:
     """The bytes of a 1-d uint32 tensor read as another unsigned type (little-endian, as a bitcast of the

@@ -16,6 +16,7 @@ from fusegrad.codegen.lowering import lower_reduces, lower_group_reduces, to_lau
     unwrap_gated_indexes, load_contiguous_lanes, collapse_onehot_reduces
 from fusegrad.codegen.linearize import linearize
 from fusegrad.codegen.transcendental import decompose_transcendentals
+from fusegrad.codegen.threefry import decompose_threefry
 from fusegrad.codegen.vectorize import vectorize_upcasts
 
 # (the Context settings get_program reads are listed in renderer/__init__.py, CODEGEN_FLAGS: their values are
@@ -56,8 +57,8 @@ def _is_index_math(x: UOp) -> bool:
 def simplify_kernel(ast: UOp) -> UOp:
     """The kernel AST that optimization actions apply to (BEAM's search space, and the heuristic's input):
     simplified, one-hot lookup reduces collapsed into single reads, gated indexes unwrapped. Actions legal on a raw
-    schedule AST may not be legal on this one (a size-1 loop folds away)."""
-    return unwrap_gated_indexes(graph_rewrite(collapse_onehot_reduces(graph_rewrite(ast, symbolic)), symbolic))
+    schedule AST may not be legal on this one (a size-1 loop folds away). THREEFRY becomes uint32 arithmetic first."""
+    return unwrap_gated_indexes(graph_rewrite(collapse_onehot_reduces(graph_rewrite(decompose_threefry(ast), symbolic)), symbolic))
 
 def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> ProgramSpec:
     """Optimize, lower, linearize and render one kernel."""

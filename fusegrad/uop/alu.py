@@ -51,6 +51,29 @@ def _pow(a: float, b: float) -> float:
     try: return float(a) ** b if not (a < 0 and b != int(b)) else math.nan
     except (OverflowError, ZeroDivisionError): return math.inf
 
+# Threefry-2x32's rotation amounts, alternating between blocks of four rounds
+THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+
+def threefry2x32(x0: Any, x1: Any, key0: Any, key1: Any, wrap: Callable[[Any], Any] = lambda v: v) -> tuple[Any, Any]:
+    """The Threefry-2x32 block cipher, 20 rounds: the block (x0, x1) encrypted under the key (key0, key1), as two
+    words. Written once for any values with + ^ << >> (uint32 UOps, whose arithmetic wraps; Python ints, with
+    ``wrap`` masking to 32 bits): codegen builds Ops.THREEFRY's kernel code with it, and ``exec_alu`` folds it."""
+    keys = (key0, key1, wrap(key0 ^ key1 ^ 0x1BD11BDA))
+    a, b = wrap(x0 + keys[0]), wrap(x1 + keys[1])
+    for block in range(5):
+        for r in THREEFRY_ROTATIONS[block % 2]:
+            a = wrap(a + b)
+            b = wrap((wrap(b << r) | (b >> (32 - r))) ^ a)
+        a = wrap(a + keys[(block + 1) % 3])
+        b = wrap(wrap(b + keys[(block + 2) % 3]) + (block + 1))
+    return a, b
+
+def _threefry(x: int, key: int) -> int:
+    """Ops.THREEFRY on Python ints: uint64 block and key (high word, low word) -> the uint64 of the two output words."""
+    mask = 0xFFFFFFFF
+    low, high = threefry2x32(x & mask, (x >> 32) & mask, key & mask, (key >> 32) & mask, lambda v: v & mask)
+    return (high << 32) | low
+
 PYTHON_ALU: dict[Ops, Callable[..., Any]] = {
     Ops.EXP2: _safe_exp2, Ops.LOG2: _safe_log2, Ops.SIN: _safe_sin, Ops.SQRT: _safe_sqrt, Ops.RECIPROCAL: _reciprocal,
     Ops.NEG: lambda x: (not x) if isinstance(x, bool) else -x, Ops.TRUNC: _trunc,
@@ -59,7 +82,7 @@ PYTHON_ALU: dict[Ops, Callable[..., Any]] = {
     Ops.CMPLT: lambda a, b: a < b, Ops.CMPNE: lambda a, b: a != b, Ops.CMPEQ: lambda a, b: a == b,
     Ops.AND: lambda a, b: a & b, Ops.OR: lambda a, b: a | b, Ops.XOR: lambda a, b: a ^ b,
     Ops.SHL: lambda a, b: a << b, Ops.SHR: lambda a, b: a >> b,
-    Ops.WHERE: lambda c, a, b: a if c else b, Ops.MULACC: lambda a, b, c: a * b + c,
+    Ops.WHERE: lambda c, a, b: a if c else b, Ops.MULACC: lambda a, b, c: a * b + c, Ops.THREEFRY: _threefry,
 }
 
 def exec_alu(op: Ops, dtype: DType, operands: tuple[Any, ...]) -> Any:

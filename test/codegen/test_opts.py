@@ -99,9 +99,9 @@ def _conv_kernels(device):
     return kernels
 
 def _opts_on(ast, device):
-    from fusegrad.uop.ops import graph_rewrite
-    from fusegrad.uop.symbolic import symbolic
-    return hand_coded_optimizations(graph_rewrite(ast, symbolic), Device[device].renderer)
+    """The heuristic's choice for a schedule AST, given what get_program gives it (simplify_kernel's output)."""
+    from fusegrad.codegen import simplify_kernel
+    return hand_coded_optimizations(simplify_kernel(ast), Device[device].renderer)
 
 @pytest.mark.parametrize("device", [native_device(), "PYTHON"])
 def test_heuristic_conv_kernels_match_unoptimized(device):
