@@ -914,10 +914,10 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     @staticmethod
     def _draw_keys(device: str, num: int, starts: tuple[int, ...] = (0,)) -> "Tensor":
         """The keys of a draw of ``num`` words, one (low, high) uint32 pair per chunk start: the Threefry cipher of
-        the device's counter + start under its key. Computed now (one small kernel, which also advances the
-        counter), so the draw's big graph reads a realized buffer and not the counter's chain of assigns: a lazy
+        the device's counter + start under its key. Computed now (two small kernels: the counter's update and the
+        keys), so the draw's big graph reads a realized buffer and not the counter's chain of assigns: a lazy
         draw that read the chain was rewritten whenever an earlier draw was realized, and realizing 100 lazy
-        ``randn(128, 128)`` one after another took 7 s. TinyJit captures this kernel like any other, so replays
+        ``randn(128, 128)`` one after another took 7.3 s. TinyJit captures this kernel like any other, so replays
         still advance the counter."""
         def keys() -> "Tensor":   # (its intermediate tensors are gone before the realize, which would update them)
             key, counter = Tensor._next_counter(device, num)

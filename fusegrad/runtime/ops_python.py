@@ -42,7 +42,8 @@ from fusegrad.uop.alu import PYTHON_ALU
 
 # ---------------------------------------------------------------- serialization
 
-# ops the interpreter executes (plus every ALU op but THREEFRY, which has no reference semantics yet)
+# ops the interpreter executes (plus every ALU op but THREEFRY, which codegen expands into uint32 ops before any
+# renderer sees it: codegen/threefry.py)
 _SUPPORTED = {Ops.PARAM, Ops.DEFINE_VAR, Ops.DEFINE_REG, Ops.DEFINE_LOCAL, Ops.SPECIAL, Ops.RANGE, Ops.END, Ops.CONST,
               Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.GEP, Ops.BARRIER, Ops.IF,
               Ops.ENDIF, Ops.SINK, Ops.NOOP, Ops.WMMA} | (GroupOp.ALU - {Ops.THREEFRY})
