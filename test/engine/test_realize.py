@@ -41,9 +41,11 @@ def test_precompile_skips_cached_kernels():
     assert realize.method_cache == before
 
 def test_precompile_sends_batches_of_bounded_size(monkeypatch):
-    """Kernels go to the compilers in batches of at most ceil(kernels / (CHUNKS_PER_WORKER x cores)), each kernel once:
-    one big batch of whatever piled up while the first batch compiled left a core idle for most of MNIST's first step."""
+    """Kernels go to the compilers in batches of at most ceil(kernels / (CHUNKS_PER_WORKER x cores)) (or MIN_BATCH), each
+    kernel once: one big batch of whatever piled up while the first batch compiled left a core idle for most of MNIST's
+    first step."""
     import os
+    monkeypatch.setattr(realize, "MIN_BATCH", 1)   # (this schedule is small: the bound is what is tested)
     device = native_device()
     compiler = Device[device].compiler
     batches: list[int] = []
