@@ -2859,14 +2859,6 @@ def _keep_tensor_views(becomes: dict[UOp, UOp], tensor_uops: list[UOp]) -> dict[
         if (holder := _holder_reached(node, holders[new.base])) is not None: kept[node] = _rebase_on_holder(new, holder)
     return kept
 
-def _reaches_any(u: UOp, nodes: dict | set) -> bool:
-    """Does ``u``'s graph contain one of ``nodes``? Looks up the smaller side in the larger: realizing a draw's
-    few key nodes must not walk every pending graph, and many pending graphs made that quadratic."""
-    ancestors = u._ancestors
-    if u in nodes: return True
-    if len(nodes) < len(ancestors): return any(node in ancestors for node in nodes)
-    return any(x in nodes for x in ancestors)
-
 def _apply_becomes(becomes: dict[UOp, UOp]) -> list[UOp]:
     """After scheduling, point every live tensor at the buffers (or constants) its graph became.
 
@@ -2895,7 +2887,7 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> list[UOp]:
                 while base.op in movement: base = base.src[0]
                 if base.op is buffer_op: continue
             if (new := substituted.get(u)) is None:
-                if not _reaches_any(u, becomes): continue
+                if not u.reached(becomes): continue
                 new = substituted[u] = u.substitute(becomes)
         t.uop = new
         if new is not u: changed.append((t, u))

@@ -60,13 +60,12 @@ def plan_memory(buffer_lists: Sequence[Sequence[UOp]], keep: set[UOp], buffers: 
     return before, after
 
 def referenced_buffers(uops: Iterable[UOp], among: set[UOp] | None = None) -> set[UOp]:
-    """Every BUFFER uop reachable from ``uops`` (only those in ``among``, when given: a schedule's buffers are
-    looked up in each graph's cached ancestors, so realizing a small schedule doesn't walk every live graph)."""
+    """Every BUFFER uop reachable from ``uops`` (only those in ``among``, when given: ``UOp.reached`` looks a
+    schedule's buffers up in each graph, so realizing a small schedule doesn't walk every live graph)."""
     from fusegrad.uop.ops import Ops
     found: set[UOp] = set()
     for u in uops:
         if u.base.op is Ops.BUFFER and u.op in (Ops.BUFFER, Ops.RESHAPE): found.add(u.base)
         elif among is None: found.update(x for x in u.toposort if x.op is Ops.BUFFER)
-        elif len(among) < len(ancestors := u._ancestors): found.update(b for b in among if b in ancestors)
-        else: found.update(x for x in ancestors if x in among)
+        else: found.update(u.reached(among))
     return found if among is None else found & among

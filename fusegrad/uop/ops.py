@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools, inspect, itertools, math, struct, weakref
 from dataclasses import dataclass
 from enum import Enum, IntEnum, auto
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Collection, Iterator, Sequence
 from fusegrad.dtype import ConstType, DType, PtrDType, dtypes, truncate_float
 from fusegrad.helpers import prod, dedup
 
@@ -173,6 +173,17 @@ class UOp(metaclass=UOpMetaClass):
         graphs don't hit the recursion limit."""
         return Toposort(self._ancestors, self)
     def sparents(self) -> dict["UOp", None]: return self.toposort
+    def reached(self, nodes: "Collection[UOp]") -> list["UOp"]:
+        """The ones of ``nodes`` in this graph (itself included), looked up from the smaller side in the cached
+        ancestors: after a realize, asking which of many pending graphs read its few nodes (or which of its buffers a
+        few graphs read) must not walk every graph.
+
+        >>> x = UOp.const(dtypes.int32, 1); y = x + 2; y.reached([x, UOp.const(dtypes.int32, 5)]) == [x]
+        True
+        """
+        graph = self.toposort
+        if len(nodes) < len(graph): return [n for n in nodes if n in graph]
+        return [x for x in graph if x in nodes]
 
     # ---------------------------------------------------------------- shapes (tensor graph)
     def _fill_bottom_up(self, attribute: str) -> None:
