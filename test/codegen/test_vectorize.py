@@ -338,3 +338,27 @@ def test_constant_lanes_fold():
     assert any(u.op is Ops.INDEX and len(u.src) > 2 and constant(u.src[2]) for u in uops), "the mask is a constant vector"
     assert not any(u.op in GroupOp.ALU and u.dtype.count > 1 and all(constant(s) for s in u.src) for u in uops)
     _compare(item, opts)
+
+PACKED_TILE = [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 32), Opt(OptOps.SWAP, 0, 1), Opt(OptOps.PACK, 0)]
+
+def _linear_transposed(m, k, n):
+    def build(device):
+        rng = np.random.default_rng(k)
+        x = Tensor(rng.standard_normal((m, k)).astype(np.float32), device=device).realize()
+        return x @ Tensor(rng.standard_normal((n, k)).astype(np.float32), device=device).realize().T
+    return build
+
+@pytest.mark.parametrize("device", ["CPU", "LLVM"])   # (the loop backends that PACK; PYTHON stages with STAGE)
+@pytest.mark.parametrize("k,lanes", [(48, 16), (40, 8), (44, 4), (42, 1)])
+def test_pack_copy_transposes_in_register_blocks(device, k, lanes):
+    # x @ w.T's panel holds w's rows as columns: the copy reads `lanes` weight rows as vectors along the reduce and
+    # writes `lanes` panel rows regrouped from their lanes; with no lane count dividing 42 it stays a scalar copy
+    item = _kernel(_linear_transposed(24, k, 64), device)
+    program = get_program(item.ast, Device[device].renderer, PACKED_TILE)
+    weight = next(u for u in program.uops if u.op is Ops.PARAM and u.dtype.size == 64 * k)
+    weight_loads = [u for u in program.uops if u.op is Ops.LOAD and u.src[0].src[0] is weight]
+    panel_stores = [u for u in program.uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.DEFINE_REG and u.src[0].src[0].dtype.size == 32 * k]
+    assert [u.dtype.count for u in weight_loads] == [lanes] * lanes
+    assert [u.src[1].dtype.count for u in panel_stores] == [lanes] * lanes
+    if lanes > 1: assert all(u.src[1].op is Ops.VECTORIZE and {s.op for s in u.src[1].src} == {Ops.GEP} for u in panel_stores)
+    np.testing.assert_allclose(_run(item, PACKED_TILE, device), _run(item, [], device), rtol=1e-5, atol=1e-5)
