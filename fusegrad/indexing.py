@@ -226,26 +226,15 @@ def _replace_everywhere(old: UOp, new: UOp) -> None:
     """Point every live tensor that reads ``old`` at ``new``. One walk over all their graphs together finds the
     readers (a toposort per tensor re-walked the subgraphs tensors share: a GPT-2 prefill's 12 cache writes spent
     10 ms in it)."""
-    from fusegrad.tensor import all_tensors
-    tensors = list(all_tensors)
-    reads = _reads(old, [t.uop for t in tensors])
-    for t in tensors:
-        if reads[t.uop]: t.uop = t.uop.substitute({old: new})
-
-def _reads(target: UOp, roots: list[UOp]) -> dict[UOp, bool]:
-    """For every node under ``roots``: does its graph contain ``target``? (One iterative walk, shared by all roots.)"""
-    reads: dict[UOp, bool] = {}
-    for root in roots:
-        stack = [(root, False)]
-        while stack:
-            node, sources_done = stack.pop()
-            if node in reads: continue
-            if node is target: reads[node] = True
-            elif sources_done: reads[node] = any(reads[s] for s in node.src)
-            else:
-                stack.append((node, True))
-                stack.extend((s, False) for s in node.src if s not in reads)
-    return reads
+    from fusegrad.tensor import _live_tensors
+    # (a view of another buffer, every realized weight say, can't read ``old``: only the lazy graphs are walked)
+    movement, buffer_op = GroupOp.Movement, Ops.BUFFER
+    lazy = []
+    for t in _live_tensors():
+        base = t.uop
+        while base.op in movement: base = base.src[0]
+        if base.op is not buffer_op or base is old: lazy.append(t)
+    for t, uop in zip(lazy, UOp.substitute_many([t.uop for t in lazy], {old: new})): t.uop = uop
 
 def _checked_value(target: "Tensor", x: Any) -> "Tensor":
     """The value of ``target.assign(x)`` as a tensor of the target's shape, dtype and device; raises

@@ -2876,19 +2876,21 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> list[UOp]:
     # case, a realized tensor (a buffer, a constant or a view of a buffer), costs a few attribute
     # reads. (Ops members are read into locals: on Python 3.11 each Ops.X is a slow class lookup.)
     buffer_op, const_op, movement = Ops.BUFFER, Ops.CONST, GroupOp.Movement
-    changed: list[tuple[Tensor, UOp]] = []
-    substituted: dict[UOp, UOp] = {}   # tensors sharing a graph get one substitution
+    pending: list[tuple[Tensor, UOp]] = []
     for t, u in zip(tensors, old_uops):
-        if (new := becomes.get(u)) is None:
+        if u not in becomes:
             op = u.op
             if op is buffer_op or op is const_op: continue
             if op in movement:
                 base = u.src[0]
                 while base.op in movement: base = base.src[0]
                 if base.op is buffer_op: continue
-            if (new := substituted.get(u)) is None:
-                if not u.reached(becomes): continue
-                new = substituted[u] = u.substitute(becomes)
+        pending.append((t, u))
+    # which of the lazy graphs read a realized node: one walk over all of them (a layer's tensors share most nodes)
+    # (tensors sharing a graph get one substitution: its nodes are rebuilt once)
+    substituted = UOp.substitute_many([u for _, u in pending], becomes)
+    changed: list[tuple[Tensor, UOp]] = []
+    for (t, u), new in zip(pending, substituted):
         t.uop = new
         if new is not u: changed.append((t, u))
     if Tensor.no_grad: return []

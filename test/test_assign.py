@@ -416,12 +416,13 @@ def test_the_model_raises_where_setitem_has_other_uses():
     assert _outcome(("a = a*2+1", "v = a[1:5]", "a[3:5] = 7"), on_model=True) == "RuntimeError at step 2"
 
 def test_readers_of_a_node_found_in_one_walk():
-    # _replace_everywhere finds the tensors that read an assigned buffer with one walk over all their graphs: a node
-    # reads the target when any path from it reaches the target (shared subgraphs and diamonds included)
-    from fusegrad.indexing import _reads
+    # _replace_everywhere finds the tensors that read an assigned buffer with one walk over all their graphs
+    # (UOp.reaching): a node reads the target when any path from it reaches the target (shared subgraphs and diamonds
+    # included)
+    from fusegrad.uop.ops import UOp
     a, b = Tensor([1.0, 2.0]).realize(), Tensor([3.0, 4.0]).realize()
     shared = a + 1
     readers = [shared * 2, (shared + b) * shared, b * 3]
-    reads = _reads(a.uop, [t.uop for t in readers])
+    reads = UOp.reaching([t.uop for t in readers], (a.uop,))
     assert [reads[t.uop] for t in readers] == [True, True, False]
     assert reads[a.uop] and not reads[b.uop]

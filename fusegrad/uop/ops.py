@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools, inspect, itertools, math, struct, weakref
 from dataclasses import dataclass
 from enum import Enum, IntEnum, auto
-from typing import Any, Callable, Collection, Iterator, Sequence
+from typing import Any, Callable, Collection, Iterable, Iterator, Sequence
 from fusegrad.dtype import ConstType, DType, PtrDType, dtypes, truncate_float
 from fusegrad.helpers import prod, dedup
 
@@ -184,6 +184,54 @@ class UOp(metaclass=UOpMetaClass):
         graph = self.toposort
         if len(nodes) < len(graph): return [n for n in nodes if n in graph]
         return [x for x in graph if x in nodes]
+
+    @staticmethod
+    def reaching(roots: "Iterable[UOp]", targets: "Collection[UOp]") -> dict["UOp", bool]:
+        """For every node under ``roots`` (roots included): does its graph contain one of ``targets``? One iterative
+        walk shared by all roots, so graphs built on top of each other (a layer's lazy tensors) cost their distinct
+        nodes once; ``reached`` instead caches each root's whole ancestry, which pays when the same graph is asked
+        again, not for a one-off question about many roots.
+
+        >>> x = UOp.const(dtypes.int32, 1); y = x + 2; z = UOp.const(dtypes.int32, 3) * 4
+        >>> [UOp.reaching([y, z], [x])[u] for u in (y, z)]
+        [True, False]
+        """
+        reads: dict[UOp, bool] = {}
+        for root in roots:
+            stack = [(root, False)]
+            while stack:
+                node, sources_done = stack.pop()
+                if node in reads: continue
+                if node in targets: reads[node] = True
+                elif sources_done: reads[node] = any(reads[s] for s in node.src)
+                else:
+                    stack.append((node, True))
+                    stack.extend((s, False) for s in node.src if s not in reads)
+        return reads
+
+    @staticmethod
+    def substitute_many(roots: "Sequence[UOp]", mapping: dict["UOp", "UOp"]) -> list["UOp"]:
+        """``[r.substitute(mapping) for r in roots]`` in one walk: only the nodes that reach a key of ``mapping``
+        (``reaching``) are rebuilt, each once for all roots; the rest of the graphs is kept as it is.
+
+        >>> x, y = UOp.const(dtypes.int32, 1), UOp.const(dtypes.int32, 5)
+        >>> UOp.substitute_many([x + 2, y * 3], {x: y}) == [y + 2, y * 3]
+        True
+        """
+        reads = UOp.reaching(roots, mapping)
+        built: dict[UOp, UOp] = {}
+        for root in roots:
+            stack = [(root, False)]
+            while stack:
+                node, sources_done = stack.pop()
+                if node in built: continue
+                if (new := mapping.get(node)) is not None: built[node] = new
+                elif not reads[node]: built[node] = node
+                elif sources_done: built[node] = node.replace(src=tuple(built[s] for s in node.src))
+                else:
+                    stack.append((node, True))
+                    stack.extend((s, False) for s in node.src if s not in built)
+        return [built[r] for r in roots]
 
     # ---------------------------------------------------------------- shapes (tensor graph)
     def _fill_bottom_up(self, attribute: str) -> None:

@@ -79,6 +79,27 @@ class TestToposort(unittest.TestCase):
         for _ in range(5000): e = -e
         self.assertEqual(len(e.toposort), 5001)
 
+    def test_reaching_and_substitute_many(self):
+        # one walk for many roots: which nodes reach a target, and every root rebuilt as substitute() rebuilds it,
+        # the parts that don't reach a target kept as the same objects
+        x, y, z = UOp.variable("x", 0, 10), UOp.variable("y", 0, 10), UOp.variable("z", 0, 10)
+        shared = x + y
+        roots = [shared * 2, (shared + z) * shared, z * 3]
+        reads = UOp.reaching(roots, {y})
+        self.assertEqual([reads[r] for r in roots], [True, True, False])
+        self.assertTrue(reads[shared] and not reads[x] and not reads[z])
+        new = UOp.substitute_many(roots, {y: z + 1})
+        self.assertEqual(new, [r.substitute({y: z + 1}) for r in roots])
+        self.assertIs(new[2], roots[2])
+        self.assertIs(new[1].src[0].src[1], z)
+
+    def test_substitute_many_deep(self):
+        e = UOp.variable("x", 0, 10)
+        for _ in range(5000): e = -e
+        out, = UOp.substitute_many([e], {UOp.variable("x", 0, 10): UOp.variable("y", 0, 10)})
+        self.assertEqual(out.toposort.ancestors.__len__(), 5000)
+        self.assertIs(next(iter(out.toposort)), UOp.variable("y", 0, 10))
+
 class TestBounds(unittest.TestCase):
     def test_const(self): self.assertEqual(c(7).vmin_vmax, (7, 7))
     def test_define_var(self): self.assertEqual(UOp.variable("x", -3, 9).vmin_vmax, (-3, 9))
