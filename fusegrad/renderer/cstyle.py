@@ -484,6 +484,12 @@ class ClangRenderer(CStyleLanguage):
     # 0). Kernels with a gated load or store (scalar, or the lane loops of FG_LOAD_/FG_STORE_) turn if-conversion
     # off for themselves; the rest keep it, so their scalar loops' selects vectorize (where(a > 0, a, b * 2).clip()
     # on a 1021x1021 tensor, which no vector width divides: 7-10 ms with branches, 0.21 ms vectorized).
+    # A kernel with a staged copy (OptOps.STAGE: a conv's forward or input gradient, a tile of image positions times a
+    # vector of channels) turns predictive commoning off: gcc would carry the image values the tile's next kernel
+    # column reuses (kx + 1) across iterations in registers, but the accumulators already fill the vector registers,
+    # so the carried values spill and the FMAs' free memory broadcasts become register shuffles. MNIST's 5x5 convs,
+    # tiles of 2x10 and 2x12 positions: forward 64 -> 52 ms, input gradient 3x6: 88 -> 73 ms. A weight gradient's
+    # tile (the window itself, no staged copy) keeps it: there the carried values fit (3x3: 14.5 -> 10.7 ms with it).
     # (One optimize attribute holds every option: of several, gcc 12 keeps only one.)
     @staticmethod
     def gcc_optimize_attribute(options: list[str]) -> str:
@@ -497,6 +503,7 @@ class ClangRenderer(CStyleLanguage):
         options = ["no-tree-loop-vectorize"] if any(u.op is Ops.DEFINE_REG for u in uops) and steps_backwards(uops) else []
         if any(u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and len(u.src[0].src) > 2 for u in uops):
             options.append("no-tree-loop-if-convert")
+        if any(u.op is Ops.DEFINE_LOCAL for u in uops): options.append("no-predictive-commoning")
         attribute = self.gcc_optimize_attribute(options)
         if not (half_lanes or attribute): return src
         at = src.index(f"{self.kernel_prefix}{name}(")

@@ -141,10 +141,11 @@ def test_heuristic_register_tile_shapes():
     assert _opts_on((a @ b).schedule()[-1].ast, "CPU")[:3] == [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 32),
                                                                Opt(OptOps.SWAP, 0, 1)]
     # conv forward (b, cout, y, x) with 8 output columns: the weights are staged with the output channels
-    # contiguous, 16 channels are the vector, and 2 rows x 4 columns of output pixels the tile's positions
+    # contiguous, 16 channels are the vector, and a whole 8-pixel row x 2 rows the tile's positions (up to 12
+    # columns and 24 positions: heuristic.MAX_TILE_COLUMNS)
     x, w = Tensor.ones(2, 8, 10, 10).contiguous().realize(), Tensor.ones(32, 8, 3, 3).contiguous().realize()
     opts = _opts_on(x.conv2d(w).schedule()[-1].ast, "CPU")
-    assert opts == [Opt(OptOps.STAGE, 1), Opt(OptOps.UPCAST, 2, 4), Opt(OptOps.UPCAST, 3, 4), Opt(OptOps.UPCAST, 1, 16)]
+    assert opts == [Opt(OptOps.STAGE, 1), Opt(OptOps.UPCAST, 2, 2), Opt(OptOps.UPCAST, 3, 8), Opt(OptOps.UPCAST, 1, 16)]
     src = get_program(x.conv2d(w).schedule()[-1].ast, Device["CPU"].renderer, opts).src
     assert "float stage0[2304];" in src and "*((float16_u*)(stage0+" in src, src
     # unpadded, the 32-wide rows fill vectors: split 2 x 16 so the vector loop stays innermost

@@ -199,3 +199,21 @@ def test_only_backwards_index_math_turns_loop_vectorization_off():
     (flipped,) = _kernel_sources(lambda: x.flip(1).reshape(8, 16, 2).sum(2))
     assert "no-tree-loop-vectorize" in flipped, flipped
     np.testing.assert_array_equal(x.flip(1).reshape(8, 16, 2).sum(2).numpy(), x.numpy()[:, ::-1].reshape(8, 16, 2).sum(2))
+
+def test_predictive_commoning_is_off_only_in_kernels_with_a_staged_copy():
+    # a conv forward tiles image positions x a vector of output channels over staged weights: gcc's predictive
+    # commoning would carry the tile's image values across kernel columns in registers the accumulators need. A weight
+    # gradient whose channel vector is gathered (a big output gradient, 512 x 16 x 6 x 6: no staged copy) keeps it, as do kernels
+    # without a register tile.
+    rng = np.random.default_rng(2)
+    x = Tensor(rng.standard_normal((512, 8, 8, 8)).astype(np.float32), device="CPU", requires_grad=True).realize()
+    w = Tensor(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), device="CPU", requires_grad=True).realize()
+    off = '"no-predictive-commoning"'
+    (forward,) = _kernel_sources(lambda: x.conv2d(w))
+    assert "stage0" in forward and off in forward, forward
+    weight_gradient = [src for src in _kernel_sources(lambda: x.conv2d(w).square().sum().gradient(w)[0]) if "void r_16_8_3_3_" in src]
+    assert len(weight_gradient) == 1 and "stage0" not in weight_gradient[0] and off not in weight_gradient[0], weight_gradient
+    assert not any(off in src for src in _kernel_sources(lambda: (x * 2 + 1).sum(1)))
+    import torch
+    expected = torch.nn.functional.conv2d(torch.from_numpy(x.numpy()), torch.from_numpy(w.numpy())).numpy()
+    np.testing.assert_allclose(x.conv2d(w).numpy(), expected, rtol=1e-4, atol=1e-4)

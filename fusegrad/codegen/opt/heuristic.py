@@ -116,14 +116,19 @@ def _dot_product_tile(globals_: list[UOp], reduces: list[UOp], loads: list[UOp],
     if not tile or (width < lanes and len(tile) < len(full)): return None
     return tile, width
 
+# a channel tile's image positions: at most 12 along a row and 24 in all (24 accumulators, a weight vector and a
+# broadcast fit AVX-512's 32 registers). MNIST's 5x5 input gradient (24-wide rows): 3x6 81 ms, 2x6 81, 2x12 70,
+# 1x12 72; its forward (20-wide rows) measures the same at 2x5, 2x10 and 1x10 (50-52 ms)
+MAX_TILE_COLUMNS, MAX_TILE_POSITIONS = 12, 24
+
 def _channel_tile(globals_: list[UOp], loads: list[UOp], lanes: int) -> list[tuple[UOp, int]]:
     """A register tile whose vector axis is a channel axis of ``lanes`` elements (conv and its gradients).
 
     The usual tile takes its vector from the innermost axis (a conv's output row); 20 or 24 wide rows
     make 4 or 8 lane vectors, a quarter or half of AVX-512. Output channels (32, 64) fill whole vectors,
     and every load is then either along the channels (weights; staged to be contiguous, see ``STAGE``)
-    or broadcast along them (the image). The image axes become the tile's positions: about 10-18 of
-    them (measured on the MNIST convs, 2x5 to 3x6; more spill registers), or a whole 3x3/5x5 window in
+    or broadcast along them (the image). The image axes become the tile's positions: up to 24 of them, at most
+    12 along a row (``MAX_TILE_POSITIONS``, ``MAX_TILE_COLUMNS``), or a whole 3x3/5x5 window in
     a weight gradient, where each position reuses the channel vector that was gathered once per step.
     Returns [] when the usual tile already fills vectors or no channel axis fits."""
     depends = {g: loads_depending_on(loads, g) for g in globals_ if isinstance(range_size(g), int)}
@@ -148,9 +153,9 @@ def _channel_tile(globals_: list[UOp], loads: list[UOp], lanes: int) -> list[tup
         if other is not None and (more := next((a for a in range(18 // window, 1, -1) if range_size(other) % a == 0), None)):
             tile.append((other, more))
     else:
-        amount = next(a for a in range(min(6, range_size(column)), 0, -1) if range_size(column) % a == 0)
+        amount = next(a for a in range(min(MAX_TILE_COLUMNS, range_size(column)), 0, -1) if range_size(column) % a == 0)
         tile = [(column, amount)] if amount > 1 else []
-        if neighbour is not None and (more := next((a for a in range(18 // amount, 1, -1) if range_size(neighbour) % a == 0), None)):
+        if neighbour is not None and (more := next((a for a in range(MAX_TILE_POSITIONS // amount, 1, -1) if range_size(neighbour) % a == 0), None)):
             tile.insert(0, (neighbour, more))
     return tile + [(channel, lanes)]
 
