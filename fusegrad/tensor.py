@@ -2889,6 +2889,10 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> list[UOp]:
     # which of the lazy graphs read a realized node: one walk over all of them (a layer's tensors share most nodes)
     # (tensors sharing a graph get one substitution: its nodes are rebuilt once)
     substituted = UOp.substitute_many([u for _, u in pending], becomes)
+    # a graph that stays pending is asked again at the next realize: its ancestry, cached now, answers then without a
+    # walk (100 lazy draws realized one by one: each realize would walk every draw still pending)
+    for (_, u), new in zip(pending, substituted):
+        if new is u: u.toposort
     changed: list[tuple[Tensor, UOp]] = []
     for (t, u), new in zip(pending, substituted):
         t.uop = new

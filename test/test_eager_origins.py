@@ -8,6 +8,7 @@ from fusegrad import Tensor, dtypes
 import fusegrad.tensor as tensor_module
 from fusegrad import gradient
 from fusegrad.gradient import origin_of
+from fusegrad.uop.ops import Ops
 
 def _new_buffers(becomes: dict) -> list:
     return [new.base for new in becomes.values()]
@@ -84,3 +85,14 @@ def test_eager_chain_gradients_equal_torch(compare_with_general_walk):
     loss.backward()
     np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-6)
     assert any(compare_with_general_walk)
+
+def test_pending_graphs_keep_their_ancestry_across_realizes():
+    # realizing one lazy tensor asks every pending graph whether it read what was realized; a graph that stays pending
+    # keeps its cached ancestry, so the next realize answers at its root instead of walking it again (100 lazy draws
+    # realized one by one were quadratic without it)
+    draws = [Tensor.randn(8, 8) * 0.1 for _ in range(3)]
+    draws[0].realize()
+    assert all("_ancestors" in d.uop.__dict__ for d in draws[1:])
+    first = draws[1].uop
+    draws[1].realize()
+    assert draws[2].uop.op is not Ops.BUFFER and "_ancestors" in draws[2].uop.__dict__ and first is not draws[1].uop

@@ -189,8 +189,9 @@ class UOp(metaclass=UOpMetaClass):
     def reaching(roots: "Iterable[UOp]", targets: "Collection[UOp]") -> dict["UOp", bool]:
         """For every node under ``roots`` (roots included): does its graph contain one of ``targets``? One iterative
         walk shared by all roots, so graphs built on top of each other (a layer's lazy tensors) cost their distinct
-        nodes once; ``reached`` instead caches each root's whole ancestry, which pays when the same graph is asked
-        again, not for a one-off question about many roots.
+        nodes once. A node whose ancestry is already cached (``toposort``, ``reached``) answers from it without a
+        walk: a graph that stays pending across many realizes (100 lazy draws realized one by one) is walked once,
+        when the caller caches it (see ``Tensor._apply_becomes``).
 
         >>> x = UOp.const(dtypes.int32, 1); y = x + 2; z = UOp.const(dtypes.int32, 3) * 4
         >>> [UOp.reaching([y, z], [x])[u] for u in (y, z)]
@@ -203,6 +204,7 @@ class UOp(metaclass=UOpMetaClass):
                 node, sources_done = stack.pop()
                 if node in reads: continue
                 if node in targets: reads[node] = True
+                elif "_ancestors" in node.__dict__: reads[node] = bool(node.reached(targets))
                 elif sources_done: reads[node] = any(reads[s] for s in node.src)
                 else:
                     stack.append((node, True))
@@ -226,7 +228,8 @@ class UOp(metaclass=UOpMetaClass):
                 node, sources_done = stack.pop()
                 if node in built: continue
                 if (new := mapping.get(node)) is not None: built[node] = new
-                elif not reads[node]: built[node] = node
+                # (under a node that answered from its cached ancestry, the walk above went no further)
+                elif not (reads[node] if node in reads else reads.setdefault(node, UOp.reaching([node], mapping)[node])): built[node] = node
                 elif sources_done: built[node] = node.replace(src=tuple(built[s] for s in node.src))
                 else:
                     stack.append((node, True))

@@ -93,6 +93,17 @@ class TestToposort(unittest.TestCase):
         self.assertIs(new[2], roots[2])
         self.assertIs(new[1].src[0].src[1], z)
 
+    def test_reaching_answers_from_a_cached_ancestry(self):
+        # a graph whose ancestry is cached (toposort) answers at its root: the walk doesn't go below it, and
+        # substitute_many still rebuilds through it
+        x, y = UOp.variable("x", 0, 10), UOp.variable("y", 0, 10)
+        inner = (x + y) * 3
+        root = inner + 1
+        root.toposort
+        reads = UOp.reaching([root], {x})
+        self.assertEqual(reads, {root: True})
+        self.assertIs(UOp.substitute_many([root], {x: y})[0], ((y + y) * 3) + 1)
+
     def test_substitute_many_deep(self):
         e = UOp.variable("x", 0, 10)
         for _ in range(5000): e = -e
