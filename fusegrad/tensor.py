@@ -1103,6 +1103,11 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return Tensor(UOp.const(dtype or dtypes.from_py(x), x, self.device, ()), requires_grad=False)
     def _broadcasted(self, y: Any, reverse: bool = False, match_dtype: bool = True) -> tuple["Tensor", "Tensor"]:
         x: Tensor = self
+        if type(y) is Tensor:
+            xu, yu = x.uop, y.uop
+            # the common case (operands of one dtype, device and shape) has nothing to cast, copy or broadcast
+            if xu.dtype is yu.dtype and xu.shape == yu.shape and xu.device == yu.device and not dtypes.is_weak(xu.dtype):
+                return (y, x) if reverse else (x, y)
         if match_dtype and type(y) in (int, float) and (operand := x._broadcast_scalar(y)) is not None:
             scalar = Tensor(operand, requires_grad=False)
             return (scalar, x) if reverse else (x, scalar)
@@ -1166,6 +1171,11 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         return x._apply(op, y)
     def _compare(self, op: Ops, y: Any, reverse: bool = False) -> "Tensor":
         if (exact := self._with_big_int_literal(op.name, y, reverse)) is not None: return exact
+        if type(y) in (int, float) and (operand := self._broadcast_scalar(y)) is not None:
+            # (as in _binary: the general path's graph without a Tensor for the literal; relu's x <= 0 is two of these)
+            uop, flag = self.uop, self.requires_grad
+            return Tensor(UOp(op, dtypes.bool, (operand, uop) if reverse else (uop, operand)),
+                          requires_grad=True if flag is True else None if flag is None else False)
         x, y = self._broadcasted(y, reverse)
         return x._apply(op, y, dtype=dtypes.bool)
     def _with_big_int_literal(self, op: str, y: Any, reverse: bool = False) -> "Tensor | None":

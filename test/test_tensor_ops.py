@@ -891,3 +891,18 @@ def test_properties(device):
     assert len(t) == 2
     assert not t.is_floating_point() and Tensor.ones(1, device=device).is_floating_point()
     assert t.device == device
+
+def test_operand_fast_paths_build_the_general_graph():
+    # a compare with a Python number and an op on two tensors of one dtype and shape skip the general broadcasting
+    # path (a Tensor per literal, casts, reshapes): the graphs and the gradient flags must be the ones it builds
+    from fusegrad.uop.ops import UOp, Ops
+    x = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3) - 2, requires_grad=True)
+    literal = Tensor(0.0, device=x.device)
+    assert (x < 0).uop is (x < literal).uop and (0 < x).uop is (literal < x).uop and (x == 0).uop is (x == literal).uop
+    assert (x < 0).requires_grad is True and (x.detach() < 0).requires_grad is False
+    y = Tensor(np.ones((2, 3), dtype=np.float32))
+    assert (x + y).uop is UOp(Ops.ADD, dtypes.float32, (x.uop, y.uop)) and (y * x).uop is UOp(Ops.MUL, dtypes.float32, (y.uop, x.uop))
+    a, b = x < 0, x == 0
+    assert (a | b).uop is UOp(Ops.OR, dtypes.bool, (a.uop, b.uop))
+    np.testing.assert_array_equal(x.relu().numpy(), np.maximum(x.numpy(), 0))
+    with pytest.raises(ValueError, match="different devices"): x.detach().to("CPU") + y.to("PYTHON")   # (same dtype and shape)
