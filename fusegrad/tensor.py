@@ -182,6 +182,11 @@ _CLONE_IDS = itertools.count()   # makes every clone() a distinct UOp (see Tenso
 # (and their shapes) built instead of building and freeing them on every call; they hold no buffers.
 _SCALAR_OPERANDS: dict[tuple, UOp] = {}
 _SCALAR_OPERANDS_SIZE = 512
+# randn's graph per (count, shape, dtype, device): (the draw keys it was built on, the normals' UOp). A later draw of
+# the same kind substitutes its own keys (UOp.substitute_many): the same graph, a quarter of the cost of building
+# it again through ~40 tensor ops (Tensor.randn(512, 512): ~1 ms of Python)
+_NORMAL_GRAPHS: dict[tuple, tuple[UOp, UOp]] = {}
+_NORMAL_GRAPHS_SIZE = 64
 
 class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     """A lazy multi-dimensional array with autograd. See the module docstring for an example."""
@@ -982,19 +987,25 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if not isinstance(kwargs.get("device"), (tuple, list)) and 0 < count < 0x7FFFFFFF and all(isinstance(s, int) for s in shape):
             device = _canonical_device(kwargs.pop("device", None))
             kwargs.pop("contiguous", None)   # (nothing is stored on the way: the normals are one expression)
-            uniform0, uniform1 = Tensor._paired_uniforms(count, device)
-            normal = _box_muller(uniform0, uniform1).reshape(shape)
-            return Tensor(normal.cast(dtype).uop, requires_grad=requires_grad, **kwargs)
+            keys = Tensor._draw_keys(device, 2 * count)
+            kind = (count, shape, dtype, device, keys.uop.op, keys.uop.shape)
+            if (template := _NORMAL_GRAPHS.get(kind)) is not None:
+                normal_uop = UOp.substitute_many([template[1]], {template[0]: keys.uop})[0]
+            else:
+                uniform0, uniform1 = Tensor._paired_uniforms(count, device, keys)
+                normal_uop = _box_muller(uniform0, uniform1).reshape(shape).cast(dtype).uop
+                if len(_NORMAL_GRAPHS) >= _NORMAL_GRAPHS_SIZE: _NORMAL_GRAPHS.pop(next(iter(_NORMAL_GRAPHS)))
+                _NORMAL_GRAPHS[kind] = (keys.uop, normal_uop)
+            return Tensor(normal_uop, requires_grad=requires_grad, **kwargs)
         src = Tensor.rand(2, *shape, dtype=dtypes.float32, **kwargs)
         return Tensor(_box_muller(src[0], src[1]).cast(dtype).uop, requires_grad=requires_grad)
     @staticmethod
-    def _paired_uniforms(count: int, device: str) -> tuple["Tensor", "Tensor"]:
+    def _paired_uniforms(count: int, device: str, keys: "Tensor") -> tuple["Tensor", "Tensor"]:
         """The two halves of ``Tensor.rand(2, count)``'s float32 uniforms, unstored: the draw's 2 * count words are
         one Threefry call per counter c < count, whose two output words are words c and c + count (see
         ``_random_bits``). So normal i reads both of its uniforms from one call: randn's kernel runs the cipher once
         per normal, where storing the uniforms first ran it once per word (the two halves of a cat) and wrote and
-        read 8 bytes per normal more. Same stream, same numbers."""
-        keys = Tensor._draw_keys(device, 2 * count)
+        read 8 bytes per normal more. Same stream, same numbers. ``keys``: ``Tensor._draw_keys(device, 2 * count)``."""
         counts = Tensor.arange(count, device=device, dtype=dtypes.uint32)
         words0, words1 = _threefry2x32(counts, counts + count, keys[0, 0], keys[0, 1])
         return _bits_to_unit_interval(words0, count, dtypes.float32), _bits_to_unit_interval(words1, count, dtypes.float32)

@@ -186,12 +186,12 @@ class UOp(metaclass=UOpMetaClass):
         return [x for x in graph if x in nodes]
 
     @staticmethod
-    def reaching(roots: "Iterable[UOp]", targets: "Collection[UOp]") -> dict["UOp", bool]:
+    def reaching(roots: "Iterable[UOp]", targets: "Collection[UOp]", use_cached: bool = True) -> dict["UOp", bool]:
         """For every node under ``roots`` (roots included): does its graph contain one of ``targets``? One iterative
         walk shared by all roots, so graphs built on top of each other (a layer's lazy tensors) cost their distinct
         nodes once. A node whose ancestry is already cached (``toposort``, ``reached``) answers from it without a
         walk: a graph that stays pending across many realizes (100 lazy draws realized one by one) is walked once,
-        when the caller caches it (see ``Tensor._apply_becomes``).
+        when the caller caches it (see ``Tensor._apply_becomes``). ``use_cached=False`` walks every node instead.
 
         >>> x = UOp.const(dtypes.int32, 1); y = x + 2; z = UOp.const(dtypes.int32, 3) * 4
         >>> [UOp.reaching([y, z], [x])[u] for u in (y, z)]
@@ -204,7 +204,7 @@ class UOp(metaclass=UOpMetaClass):
                 node, sources_done = stack.pop()
                 if node in reads: continue
                 if node in targets: reads[node] = True
-                elif "_ancestors" in node.__dict__: reads[node] = bool(node.reached(targets))
+                elif use_cached and "_ancestors" in node.__dict__: reads[node] = bool(node.reached(targets))
                 elif sources_done: reads[node] = any(reads[s] for s in node.src)
                 else:
                     stack.append((node, True))
@@ -228,10 +228,12 @@ class UOp(metaclass=UOpMetaClass):
                 node, sources_done = stack.pop()
                 if node in built: continue
                 if (new := mapping.get(node)) is not None: built[node] = new
-                # (under a node that answered from its cached ancestry, the walk above went no further)
-                elif not (reads[node] if node in reads else reads.setdefault(node, UOp.reaching([node], mapping)[node])): built[node] = node
+                elif not reads.get(node, True): built[node] = node
                 elif sources_done: built[node] = node.replace(src=tuple(built[s] for s in node.src))
                 else:
+                    # (below a node that answered from its cached ancestry the first walk went no further: one walk of
+                    # its whole graph answers for every node under it)
+                    if any(s not in reads for s in node.src): reads.update(UOp.reaching([node], mapping, use_cached=False))
                     stack.append((node, True))
                     stack.extend((s, False) for s in node.src if s not in built)
         return [built[r] for r in roots]
