@@ -182,11 +182,6 @@ _CLONE_IDS = itertools.count()   # makes every clone() a distinct UOp (see Tenso
 # (and their shapes) built instead of building and freeing them on every call; they hold no buffers.
 _SCALAR_OPERANDS: dict[tuple, UOp] = {}
 _SCALAR_OPERANDS_SIZE = 512
-# randn's graph per (count, shape, dtype, device): (the draw keys it was built on, the normals' UOp). A later draw of
-# the same kind substitutes its own keys (UOp.substitute_many): the same graph, a quarter of the cost of building
-# it again through ~40 tensor ops (Tensor.randn(512, 512): ~1 ms of Python)
-_NORMAL_GRAPHS: dict[tuple, tuple[UOp, UOp]] = {}
-_NORMAL_GRAPHS_SIZE = 64
 
 class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     """A lazy multi-dimensional array with autograd. See the module docstring for an example."""
@@ -987,16 +982,9 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if not isinstance(kwargs.get("device"), (tuple, list)) and 0 < count < 0x7FFFFFFF and all(isinstance(s, int) for s in shape):
             device = _canonical_device(kwargs.pop("device", None))
             kwargs.pop("contiguous", None)   # (nothing is stored on the way: the normals are one expression)
-            keys = Tensor._draw_keys(device, 2 * count)
-            kind = (count, shape, dtype, device, keys.uop.op, keys.uop.shape)
-            if (template := _NORMAL_GRAPHS.get(kind)) is not None:
-                normal_uop = UOp.substitute_many([template[1]], {template[0]: keys.uop})[0]
-            else:
-                uniform0, uniform1 = Tensor._paired_uniforms(count, device, keys)
-                normal_uop = _box_muller(uniform0, uniform1).reshape(shape).cast(dtype).uop
-                if len(_NORMAL_GRAPHS) >= _NORMAL_GRAPHS_SIZE: _NORMAL_GRAPHS.pop(next(iter(_NORMAL_GRAPHS)))
-                _NORMAL_GRAPHS[kind] = (keys.uop, normal_uop)
-            return Tensor(normal_uop, requires_grad=requires_grad, **kwargs)
+            uniform0, uniform1 = Tensor._paired_uniforms(count, device, Tensor._draw_keys(device, 2 * count))
+            normal = _box_muller(uniform0, uniform1).reshape(shape)
+            return Tensor(normal.cast(dtype).uop, requires_grad=requires_grad, **kwargs)
         src = Tensor.rand(2, *shape, dtype=dtypes.float32, **kwargs)
         return Tensor(_box_muller(src[0], src[1]).cast(dtype).uop, requires_grad=requires_grad)
     @staticmethod
@@ -2907,17 +2895,16 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> list[UOp]:
                 while base.op in movement: base = base.src[0]
                 if base.op is buffer_op: continue
         pending.append((t, u))
-    # which of the lazy graphs read a realized node: one walk over all of them (a layer's tensors share most nodes)
-    # (tensors sharing a graph get one substitution: its nodes are rebuilt once)
+    # which lazy graphs read a realized node, and their new graphs: one walk over all of them (a layer's tensors share
+    # most nodes, rebuilt once)
     substituted = UOp.substitute_many([u for _, u in pending], becomes)
-    # a graph that stays pending is asked again at the next realize: its ancestry, cached now, answers then without a
-    # walk (100 lazy draws realized one by one: each realize would walk every draw still pending)
-    for (_, u), new in zip(pending, substituted):
-        if new is u: u.toposort
     changed: list[tuple[Tensor, UOp]] = []
     for (t, u), new in zip(pending, substituted):
         t.uop = new
         if new is not u: changed.append((t, u))
+        # a graph that stays pending is asked again at the next realize: its ancestry, cached now, answers then
+        # without a walk (100 lazy draws realized one by one: each realize would walk every draw still pending)
+        else: u.toposort
     if Tensor.no_grad: return []
     changed = [(t, u) for t, u in changed if t.requires_grad is not False and not getattr(t, "_backward_done", False)]
     if not changed: return []
