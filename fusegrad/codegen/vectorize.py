@@ -250,6 +250,11 @@ def _candidate_loops(sink: UOp, max_lanes: int) -> list[_Loop]:
 
 # ---------------------------------------------------------------- transposing copies
 
+# lanes of a transposing copy's blocks: 8 x 8 blocks run as fast as 16 x 16 ones (GPT-2's Linear shapes: 178-196
+# GFLOPS either way), and their 64 regrouped lanes per block, not 256, keep gcc's compile of a Linear layer's kernel
+# near what the scalar copy cost (a cold GPT-2 prefill: 1.4 s with 8 x 8 blocks, 1.8-2.1 s with 16 x 16)
+TRANSPOSE_LANES = 8
+
 def _affine_coefficient(u: UOp, rng: UOp) -> int | None:
     """The integer c with ``u = c * rng + (terms without rng)``, or None when index math ``u`` isn't affine in ``rng``."""
     if u is rng: return 1
@@ -276,32 +281,34 @@ def _transposing_copy(end: UOp, max_lanes: int, target_dtypes: tuple | None) -> 
     # (a thread's own panel: a staged DEFINE_LOCAL copy is shared, and on workgroup renderers its threads split it)
     if src.src[0].op is not Ops.PARAM or dst.src[0].op is not Ops.DEFINE_REG: return None
     if _affine_coefficient(dst.src[1], inner) != 1 or _affine_coefficient(src.src[1], outer) != 1: return None
-    if _affine_coefficient(dst.src[1], outer) is None or _affine_coefficient(src.src[1], inner) in (None, 1): return None
-    lanes = next((v for v in (16, 8, 4) if v <= max_lanes and outer.src[0].arg % v == 0 and inner.src[0].arg % v == 0), None)
-    return None if lanes is None else (outer, inner, lanes)
+    if (dst_stride := _affine_coefficient(dst.src[1], outer)) is None or (src_stride := _affine_coefficient(src.src[1], inner)) in (None, 1):
+        return None
+    lanes = next((v for v in (TRANSPOSE_LANES, 4) if v <= max_lanes and outer.src[0].arg % v == 0 and inner.src[0].arg % v == 0), None)
+    return None if lanes is None else (outer, inner, lanes, src_stride, dst_stride)
 
-def _transpose_block(end: UOp, outer: UOp, inner: UOp, lanes: int) -> UOp:
-    """The copy closed by ``end`` in V x V blocks: V vector loads along the outer loop (one per inner lane), then V
-    vector stores along the inner loop, lane j of store i being lane i of load j."""
+def _transpose_block(end: UOp, outer: UOp, inner: UOp, lanes: int, src_stride: int, dst_stride: int) -> UOp:
+    """The copy closed by ``end`` in V x V blocks: V vector loads along the outer loop (one per inner lane, ``src_stride``
+    apart), then V vector stores along the inner loop (``dst_stride`` apart), lane j of store i being lane i of load j."""
     store, value = end.src[0], end.src[0].src[1]
     dst, src = store.src[0], value.src[0]
     # the block loops nest the other way round (loops nest in id order): the rows of one V-row band are read to their
     # ends before the next band starts, so V streams run at a time, not (rows / V) * V (on a 768-wide weight, 32
     # streams 3 KB apart fall into 4 L1 sets and the copy lost its gain)
     blocks = [UOp(Ops.RANGE, r.dtype, (UOp.const(r.dtype, r.src[0].arg // lanes),), other.arg) for r, other in ((outer, inner), (inner, outer))]
-    def at(index: UOp, outer_lane: int, inner_lane: int) -> UOp:
-        where = {outer: blocks[0] * lanes + outer_lane, inner: blocks[1] * lanes + inner_lane}
-        return UOp(Ops.INDEX, index.dtype, (index.src[0], graph_rewrite(index.src[1].substitute(where), symbolic)))
+    corner = {outer: blocks[0] * lanes, inner: blocks[1] * lanes}
+    def at(index: UOp, offset: int) -> UOp:   # (the block's corner, simplified once, then constant offsets)
+        base = graph_rewrite(index.src[1].substitute(corner), symbolic)
+        return UOp(Ops.INDEX, index.dtype, (index.src[0], base + offset if offset else base))
     vector = value.dtype.vec(lanes)
-    rows = [UOp(Ops.LOAD, vector, (at(src, 0, j),)) for j in range(lanes)]
-    stores = [UOp(Ops.STORE, dtypes.void, (at(dst, i, 0), UOp(Ops.VECTORIZE, vector, tuple(UOp(Ops.GEP, value.dtype, (row,), (i,)) for row in rows))))
+    rows = [UOp(Ops.LOAD, vector, (at(src, j * src_stride),)) for j in range(lanes)]
+    stores = [UOp(Ops.STORE, dtypes.void, (at(dst, i * dst_stride), UOp(Ops.VECTORIZE, vector, tuple(UOp(Ops.GEP, value.dtype, (row,), (i,)) for row in rows))))
               for i in range(lanes)]
     return UOp(Ops.END, dtypes.void, tuple(stores) + (blocks[1], blocks[0]))
 
 def transpose_copies(sink: UOp, max_lanes: int, target_dtypes: tuple | None = None) -> UOp:
     """Vector code for the copies that transpose (a PACK panel of ``x @ w.T``'s weight: read along a weight row,
     written along the panel's vector of output features). Elementwise, such a copy either gathers its loads or
-    scatters its stores, one scalar per lane, and a gather whose 16 rows lie 4 KB apart (a 3072-wide weight) also
+    scatters its stores, one scalar per lane, and a gather whose 16 rows lie 12 KB apart (a 3072-wide weight) also
     thrashes one L1 set. As V x V blocks (V vector loads, V vector stores, lanes regrouped in registers) it moves
     whole cache lines both ways: GPT-2's 128-row Linear layers went from 155-165 to 170-190 GFLOPS."""
     replaced = {}
