@@ -135,6 +135,24 @@ class UOpMetaClass(type):
 _UOP_CACHE = UOpMetaClass.cache
 sint = "int | UOp"   # a size that may be symbolic
 
+_LOOK_BELOW = object()   # (a leaf function's answer: no value without the sources')
+
+def _bottom_up(roots: "Iterable[UOp]", done: dict, leaf: Callable[["UOp"], Any], build: Callable[["UOp", dict], Any]) -> dict:
+    """Fill ``done[node]`` for every node under ``roots`` that is reached, iteratively (deep graphs don't recurse), each
+    node once for all roots: ``leaf(node)`` answers without looking at the sources (or returns ``_LOOK_BELOW``), else
+    ``build(node, done)`` once every source is done. The shared walk of ``UOp.reaching`` and ``UOp.substitute_many``."""
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            node, sources_done = stack.pop()
+            if node in done: continue
+            if sources_done: done[node] = build(node, done)
+            elif (value := leaf(node)) is not _LOOK_BELOW: done[node] = value
+            else:
+                stack.append((node, True))
+                stack.extend((s, False) for s in node.src if s not in done)
+    return done
+
 class UOp(metaclass=UOpMetaClass):
     """One node of the IR. Build with the helpers (``UOp.const``, ``+``, ``.alu``), not by hand."""
     __slots__ = ("op", "dtype", "src", "arg", "__dict__", "__weakref__")
@@ -197,19 +215,11 @@ class UOp(metaclass=UOpMetaClass):
         >>> [UOp.reaching([y, z], [x])[u] for u in (y, z)]
         [True, False]
         """
-        reads: dict[UOp, bool] = {}
-        for root in roots:
-            stack = [(root, False)]
-            while stack:
-                node, sources_done = stack.pop()
-                if node in reads: continue
-                if node in targets: reads[node] = True
-                elif use_cached and "_ancestors" in node.__dict__: reads[node] = bool(node.reached(targets))
-                elif sources_done: reads[node] = any(reads[s] for s in node.src)
-                else:
-                    stack.append((node, True))
-                    stack.extend((s, False) for s in node.src if s not in reads)
-        return reads
+        def leaf(node: UOp) -> Any:
+            if node in targets: return True
+            if use_cached and "_ancestors" in node.__dict__: return bool(node.reached(targets))
+            return _LOOK_BELOW
+        return _bottom_up(roots, {}, leaf, lambda node, reads: any(reads[s] for s in node.src))
 
     @staticmethod
     def substitute_many(roots: "Sequence[UOp]", mapping: dict["UOp", "UOp"]) -> list["UOp"]:
@@ -221,21 +231,14 @@ class UOp(metaclass=UOpMetaClass):
         True
         """
         reads = UOp.reaching(roots, mapping)
-        built: dict[UOp, UOp] = {}
-        for root in roots:
-            stack = [(root, False)]
-            while stack:
-                node, sources_done = stack.pop()
-                if node in built: continue
-                if (new := mapping.get(node)) is not None: built[node] = new
-                elif not reads.get(node, True): built[node] = node
-                elif sources_done: built[node] = node.replace(src=tuple(built[s] for s in node.src))
-                else:
-                    # (below a node that answered from its cached ancestry the first walk went no further: one walk of
-                    # its whole graph answers for every node under it)
-                    if any(s not in reads for s in node.src): reads.update(UOp.reaching([node], mapping, use_cached=False))
-                    stack.append((node, True))
-                    stack.extend((s, False) for s in node.src if s not in built)
+        def leaf(node: UOp) -> Any:
+            if (new := mapping.get(node)) is not None: return new
+            if not reads.get(node, True): return node
+            # (below a node that answered from its cached ancestry the first walk went no further: one walk of its
+            # whole graph answers for every node under it)
+            if any(s not in reads for s in node.src): reads.update(UOp.reaching([node], mapping, use_cached=False))
+            return _LOOK_BELOW
+        built = _bottom_up(roots, {}, leaf, lambda node, built: node.replace(src=tuple(built[s] for s in node.src)))
         return [built[r] for r in roots]
 
     # ---------------------------------------------------------------- shapes (tensor graph)
