@@ -2896,10 +2896,12 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> list[UOp]:
                 if base.op is buffer_op: continue
         pending.append((t, u))
     # which lazy graphs read a realized node, and their new graphs: one walk over all of them (a layer's tensors share
-    # most nodes, rebuilt once)
-    substituted = UOp.substitute_many([u for _, u in pending], becomes)
+    # most nodes, rebuilt once); an eager op's only pending tensor is the realized one, which needs no walk
+    lazy = [u for _, u in pending if u not in becomes]
+    rebuilt = dict(zip(lazy, UOp.substitute_many(lazy, becomes))) if lazy else {}
     changed: list[tuple[Tensor, UOp]] = []
-    for (t, u), new in zip(pending, substituted):
+    for t, u in pending:
+        new = becomes[u] if u in becomes else rebuilt[u]
         t.uop = new
         if new is not u: changed.append((t, u))
         # a graph that stays pending is asked again at the next realize: its ancestry, cached now, answers then
