@@ -418,7 +418,8 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             return np.full(shape, _bound_value(self.uop.base.arg), dtype=to_np_dtype(self.dtype))
         buffer, contiguous = self._buffer_view()
         if not contiguous: return self.contiguous().numpy()
-        return np.frombuffer(buffer.as_buffer(), dtype=to_np_dtype(self.dtype))[:prod(shape)].reshape(shape).copy()
+        values = buffer.numpy()
+        return (values if values.size == prod(shape) else values[:prod(shape)].copy()).reshape(shape)
 
     def data(self) -> memoryview:
         """The values as a memoryview shaped like the tensor.

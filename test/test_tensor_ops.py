@@ -834,6 +834,14 @@ def test_numpy_tolist_item_data(device, dtype, rng):
     np.testing.assert_array_equal(np.asarray(mv), x)
     if dtype != dtypes.float16: assert mv.tolist() == x.tolist()   # Python's memoryview can't tolist() halves
 
+def test_numpy_is_an_independent_copy(device):
+    t = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device=device).realize()
+    for view, expected in ((t, np.arange(12).reshape(3, 4)), (t[:2], np.arange(8).reshape(2, 4)), (t[1], np.arange(4, 8))):
+        got = view.numpy()
+        assert got.flags.writeable and got.flags.c_contiguous and got.shape == expected.shape
+        got[...] = -1   # writing the copy leaves the tensor alone
+        np.testing.assert_array_equal(view.numpy(), expected)
+
 def test_item_requires_one_element(device):
     assert Tensor([[4.5]], device=device).item() == 4.5
     with pytest.raises(RuntimeError, match=r"\(2,\)"):
