@@ -19,15 +19,47 @@ buffer into it (``differentiation_order``); forward values are read from the buf
 from __future__ import annotations
 import itertools, math
 from fusegrad.dtype import dtypes, sum_acc_dtype
-from fusegrad.helpers import argsort
+from fusegrad.helpers import argsort, prod, all_int, getenv, SPLIT_REDUCEOP
 from fusegrad.uop.ops import UOp, Ops, UPat, PatternMatcher, GroupOp
 
+def split_reduce(x: UOp, op: Ops, axes: tuple[int, ...]) -> UOp | None:
+    """``x.reduce_axis(op, axes)`` as two kernels when each output reduces >= 32768 elements (tinygrad's
+    SPLIT_REDUCEOP rule): one reduce axis of size n becomes (d, n/d), the first kernel leaves d partial results
+    per output (a stored, CONTIGUOUS tensor) and the second reduces them. d is the largest of 256..8 that
+    divides the largest reduce axis and keeps the partials at most 2**22 elements. None when no split applies.
+
+    Why: the partials give a full reduce (``x.sum()``) parallel work, and a big reduce with many outputs
+    reads its operands in cache-sized chunks. A conv's weight gradient reduces over the whole batch: in one
+    kernel it re-streams the 13 MB batch of output gradients from memory once per input channel; split in
+    chunks of 16 images, that chunk stays in L2 (MNIST CNN step at batch 512: 285-292 -> 260-275 ms).
+    The front end calls it for ``Tensor`` reduces and for the gradient's reduces alike (``_reduce_to_shape``).
+
+    >>> x = UOp.const(dtypes.float32, 1.0, "CPU", (65536,))
+    >>> split_reduce(x, Ops.ADD, (0,)).shape
+    (1,)
+    """
+    if not SPLIT_REDUCEOP or not all_int(x.shape): return None
+    out_size = prod(s for i, s in enumerate(x.shape) if i not in axes)
+    if out_size == 0 or prod(x.shape) // out_size < getenv("REDUCEOP_SPLIT_THRESHOLD", 32768): return None
+    for axis in sorted(axes, key=lambda a: -x.shape[a]):
+        for d in range(min(256, 2 ** getenv("REDUCEOP_SPLIT_SIZE", 22) // out_size), 7, -1):
+            if x.shape[axis] % d: continue
+            split = x.reshape(x.shape[:axis] + (d, x.shape[axis] // d) + x.shape[axis + 1:])
+            inner_axes = tuple(a + (a > axis) for a in axes if a != axis) + (axis + 1,)
+            partial = UOp(Ops.CONTIGUOUS, x.dtype, (split.reduce_axis(op, inner_axes),))
+            # reduce the d partial results, then drop the extra size-1 dim of the split
+            return partial.reduce_axis(op, (axis,)).reshape(tuple(1 if i in axes else s for i, s in enumerate(x.shape)))
+    return None
+
 def _reduce_to_shape(grad: UOp, shape: tuple) -> UOp:
-    """Sum ``grad`` over the axes that were broadcast (expanded) to reach its shape."""
+    """Sum ``grad`` over the axes that were broadcast (expanded) to reach its shape (in two kernels when the
+    sum is big: ``split_reduce``)."""
     axes = tuple(i for i, (g, s) in enumerate(zip(grad.shape, shape)) if g != s)
     if not axes: return grad
     acc = sum_acc_dtype(grad.dtype)
-    return grad.cast(acc).reduce_axis(Ops.ADD, axes).cast(grad.dtype)
+    widened = grad.cast(acc)
+    summed = split_reduce(widened, Ops.ADD, axes)
+    return (summed if summed is not None else widened.reduce_axis(Ops.ADD, axes)).cast(grad.dtype)
 
 def _max_gradient(ret: UOp, grad: UOp, src: UOp, axes: tuple[int, ...]) -> UOp:
     """Gradient of a max-reduce: shared equally by every element that equals the max."""

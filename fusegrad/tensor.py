@@ -12,14 +12,14 @@ import functools, hashlib, itertools, math, struct, weakref
 from typing import Any, Callable, Iterable, Sequence
 from fusegrad.dtype import (DType, dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype, to_dtype, to_np_dtype,
                             from_np, ConstType)
-from fusegrad.helpers import argfix, prod, all_int, DEBUG, TRAINING, ceildiv, flatten, getenv, SPLIT_REDUCEOP
+from fusegrad.helpers import argfix, prod, all_int, DEBUG, TRAINING, ceildiv, flatten, getenv
 from fusegrad.uop.ops import UOp, Ops, GroupOp, resolve, smax, sint_to_uop
 from fusegrad.device import Device, Buffer, MallocAllocator
 from fusegrad.schedule import create_schedule, ScheduleItem
 from fusegrad.schedule.tensor_rules import const_value   # (module level: _is_realized_uop runs on every realize)
 from fusegrad.buffers import new_buffer_uop, buffer_of, BUFFERS
 from fusegrad.engine.realize import run_schedule
-from fusegrad.gradient import record_origins   # (module level: an import inside _apply_becomes cost ~1.4 us per realize)
+from fusegrad.gradient import record_origins, split_reduce   # (module level: an import inside _apply_becomes cost ~1.4 us per realize)
 from fusegrad.mixins.processing import ProcessingMixin
 from fusegrad.mixins.functional import FunctionalMixin
 from fusegrad.codegen.transcendental import xsin
@@ -1555,27 +1555,10 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         resolved = tuple(self._resolve_dim(a) for a in axes)
         if len(set(resolved)) != len(resolved): raise RuntimeError(f"repeated axis in {axis}")
         return resolved
-    def _split_reduce(self, op: Ops, axes: tuple[int, ...]) -> "Tensor | None":
-        """A reduce of >= 32768 elements per output runs as two kernels: the first splits one reduce
-        axis into (d, n/d) and leaves d partial results per output, so it has parallel work; the
-        second reduces those. Returns None when no split applies."""
-        if not SPLIT_REDUCEOP or not all_int(self.shape): return None
-        out_size = prod(s for i, s in enumerate(self.shape) if i not in axes)
-        if out_size == 0 or self.numel() // max(out_size, 1) < getenv("REDUCEOP_SPLIT_THRESHOLD", 32768): return None
-        for axis in sorted(axes, key=lambda a: -self.shape[a]):
-            for d in range(min(256, 2 ** getenv("REDUCEOP_SPLIT_SIZE", 22) // max(out_size, 1)), 7, -1):
-                if self.shape[axis] % d == 0:
-                    split = self.reshape(self.shape[:axis] + (d, self.shape[axis] // d) + self.shape[axis + 1:])
-                    inner_axes = tuple(a + (a > axis) for a in axes if a != axis) + (axis + 1,)
-                    partial = Tensor(split.uop.reduce_axis(op, inner_axes), requires_grad=self.requires_grad).contiguous()
-                    # reduce the d partial results, then drop the extra size-1 dim of the split
-                    final = Tensor(partial.uop.reduce_axis(op, (axis,)), requires_grad=self.requires_grad)
-                    return final.reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape)))
-        return None
     def _reduce(self, op: Ops, axis: Any = None, keepdim: bool = False) -> "Tensor":
         axes = self._resolve_axes(axis)
-        split = self._split_reduce(op, axes) if axes else None
-        reduced = split if split is not None else Tensor(self.uop.reduce_axis(op, axes), requires_grad=self.requires_grad) if axes else self
+        split = split_reduce(self.uop, op, axes) if axes else None   # (two kernels for a big reduce)
+        reduced = Tensor(split if split is not None else self.uop.reduce_axis(op, axes), requires_grad=self.requires_grad) if axes else self
         if keepdim: return reduced
         return reduced.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
     def sum(self, axis: Any = None, keepdim: bool = False, acc_dtype: DType | None = None, dtype: DType | None = None) -> "Tensor":

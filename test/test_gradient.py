@@ -303,3 +303,39 @@ def test_equal_constant_leaves_get_their_own_gradients():
     _close(a.grad, ta.grad)
     _close(b.grad, tb.grad)
 
+
+# ---------------------------------------------------------------- big gradient reduces run as two kernels
+
+def _broadcast_gradient_kernels(rng, split: int) -> tuple[int, np.ndarray, np.ndarray]:
+    from fusegrad import Context
+    xn, bn = _randn(rng, 65536, 4), _randn(rng, 1, 4)
+    with Context(SPLIT_REDUCEOP=split):
+        b = Tensor(bn, requires_grad=True)
+        ((Tensor(xn) + b) ** 2).sum().backward()
+        GlobalCounters.reset()
+        grad = b.grad.numpy()
+    return GlobalCounters.kernel_count, grad, 2 * (xn + bn).sum(0, keepdims=True)
+
+def test_broadcast_gradient_of_a_big_reduce_is_split(rng):
+    # b's gradient sums 65536 rows per output (>= 32768): partial sums in one kernel, their sum in a second,
+    # as a forward Tensor.sum of that size runs (SPLIT_REDUCEOP=0: one kernel)
+    split_kernels, split_grad, expected = _broadcast_gradient_kernels(rng, 1)
+    whole_kernels, whole_grad, whole_expected = _broadcast_gradient_kernels(rng, 0)
+    assert (split_kernels, whole_kernels) == (2, 1)
+    np.testing.assert_allclose(split_grad, expected, rtol=1e-3)
+    np.testing.assert_allclose(whole_grad, whole_expected, rtol=1e-3)
+
+@pytest.mark.parametrize("split", [1, 0])
+def test_conv_weight_gradient_over_a_big_batch_is_split(rng, split):
+    # the weight gradient of a conv reduces over batch x output pixels (128 * 16 * 16 = 32768 per weight)
+    from fusegrad import Context
+    xn, wn, gn = _randn(rng, 128, 1, 18, 18), _randn(rng, 4, 1, 3, 3), _randn(rng, 128, 4, 16, 16)
+    with Context(SPLIT_REDUCEOP=split):
+        w = Tensor(wn, requires_grad=True)
+        Tensor(xn).conv2d(w).backward(Tensor(gn))
+        GlobalCounters.reset()
+        w.grad.realize()
+    assert GlobalCounters.kernel_count == (2 if split else 1)
+    tw = torch.tensor(wn, requires_grad=True)
+    torch.nn.functional.conv2d(torch.tensor(xn), tw).backward(torch.tensor(gn))
+    _close(w.grad, tw.grad, tol=1e-3)
