@@ -1975,7 +1975,8 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         x = self._widened()
         positive = x >= 0
         e = positive.where(-x, x).exp()   # e**-x for x >= 0, e**x below: at most 1
-        return positive.where(1 / (1 + e), e / (1 + e)).cast(x._narrow_dtype(self))
+        # (one division: the same quotients as where(p, 1 / (1 + e), e / (1 + e)), which divided twice per element)
+        return (positive.where(1.0, e) / (1 + e)).cast(x._narrow_dtype(self))
     def logsigmoid(self) -> "Tensor":
         """log(sigmoid(x)), computed stably.
 
