@@ -110,6 +110,13 @@ def test_sigmoid_extremes(device):
     with np.errstate(over="ignore"):
         assert_tensor(Tensor(x, device=device).sigmoid(), _np_sigmoid(x.astype(np.float64)).astype(np.float32))
 
+def test_sigmoid_divides_once_per_element():
+    # both sides of x = 0 share one quotient where(x >= 0, 1, e) / (1 + e): a division is the costly op of
+    # every sigmoid, gelu and silu epilogue
+    from fusegrad.uop.ops import Ops
+    (item,) = Tensor.rand(16).realize().sigmoid().schedule()
+    assert sum(1 for u in item.ast.toposort if u.op is Ops.FDIV) == 1
+
 def test_sign_abs_exact_at_zero(device):
     x = np.array([-1.0, 0.0, 1.0, -0.0], np.float32)
     assert_tensor(Tensor(x, device=device).sign(), np.sign(x))
