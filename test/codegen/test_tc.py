@@ -158,6 +158,25 @@ def test_heuristic_uses_the_tensor_core_for_bfloat16_matmuls():
     np.testing.assert_allclose(_run(item, None, "CPU").reshape(reference.shape), reference, rtol=1e-5, atol=1e-5)
     with Context(TC=0): assert all(o.op is not TC for o in hand_coded_optimizations(item.ast, Device["CPU"].renderer))
 
+def test_tc_packed_panel_holds_an_instructions_lanes():
+    """(CPU: PACK is for CPU loops, and only its renderer has a tensor core) PACK after TC copies each column block's b rows into one panel (the instruction's 16 lanes of both k rows
+    side by side), not one panel per lane; the product is unchanged, with and without an epilogue."""
+    opts = [Opt(TC, 0, 0), Opt(U, 1, 2), Opt(U, 0, 4), Opt(S, 0, 1), Opt(OptOps.PACK, 0)]
+    build, reference = _matmul(32, 64, 96)
+    _check(build, reference, [opts, opts + [Opt(T, 0, 3)]], "CPU")
+    _check(*_matmul(16, 32, 64, epilogue=True), [opts], "CPU", bfloat16_output=True)
+    program = get_program(_kernel(build, "CPU").ast, Device["CPU"].renderer, opts)
+    panels = [u for u in program.uops if u.op is Ops.DEFINE_REG and u.dtype.base.itemsize == 2]   # (bfloat16 bits)
+    assert [p.dtype.size for p in panels] == [64 * 32], [p.dtype for p in panels]   # k 64 x 2 column blocks x 16 lanes
+
+def test_heuristic_packs_the_tensor_core_tile_of_a_big_matmul():
+    """512+ rows reuse each packed column panel 64+ times: 8 rows x 2 column blocks, columns outside, b packed."""
+    build, reference = _matmul(512, 64, 64)
+    item = _kernel(build, "CPU")
+    opts = hand_coded_optimizations(item.ast, Device["CPU"].renderer)
+    assert opts[:5] == [Opt(TC, 0, 0), Opt(U, 1, 2), Opt(U, 0, 8), Opt(S, 0, 1), Opt(OptOps.PACK, 0)], opts
+    np.testing.assert_allclose(_run(item, None, "CPU").reshape(reference.shape), reference, rtol=1e-5, atol=1e-5)
+
 def test_tensor_core_actions_in_search():
     """BEAM offers TC on every axis choice (and padded where an axis needs it); each computes the product."""
     build, reference = _matmul(8, 32, 24)

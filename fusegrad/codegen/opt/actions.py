@@ -48,7 +48,9 @@ The tile then reads the panel contiguously, as it reads the B operand of ``x @ w
 by every row block that reuses the panel (GPT-2's 128-row Linear: 16 row blocks). The panel belongs to
 the thread running the iteration (a DEFINE_REG: an OpenMP private array, an LLVM alloca), so the
 outermost loop can be THREAD; at most ``renderer.pack_max_bytes``. CPU renderers only: workgroup
-renderers stage through shared memory (STAGE).
+renderers stage through shared memory (STAGE). After TC, an operand row is N loads N constant offsets apart
+(the instruction's lanes, not a range): loads that differ only by a constant share one panel, lane innermost
+(``_lane_groups``), so a bfloat16 matmul's b panel is one contiguous array its vector loads read as before.
 
 A RANGE carries only its trip count: where it runs in the loop nest is derived from the kernel's structure
 when it is needed (``loop_nesting`` in codegen/kernel.py), so an action rewrites ranges without repairing
@@ -324,12 +326,55 @@ def _pack(ast: UOp, rng: UOp, renderer) -> UOp:
     next_id = next_range_id(ast)
     number = 1 + max((x.arg for x in ast.toposort if x.op is Ops.DEFINE_REG), default=-1)
     mapping: dict[UOp, UOp] = {}
-    for load, order in packed:
-        panel = UOp(Ops.DEFINE_REG, load.dtype.ptr(prod(range_size(r) for r in order)), (), number)
+    # a tensor-core kernel reads each operand row as N loads N constant offsets apart (the instruction's lanes):
+    # those share one panel, lane by lane, instead of making N panels of one element per slot
+    groups = _lane_groups(packed) if any(x.op is Ops.WMMA for x in ast.toposort) else [[(load, order, 0)] for load, order in packed]
+    for group in groups:
+        load, order, _ = group[0]
+        if len(group) == 1:
+            panel = UOp(Ops.DEFINE_REG, load.dtype.ptr(prod(range_size(r) for r in order)), (), number)
+            copied, next_id = _copy(panel, load, order, next_id)
+            mapping[load] = panel.index(slot_index(order)).load(copied)
+        else:
+            lanes = len(group)
+            panel = UOp(Ops.DEFINE_REG, load.dtype.ptr(prod(range_size(r) for r in order) * lanes), (), number)
+            copies, next_id = _copy_lanes(panel, group, next_id)
+            for lane, (member, _, _) in enumerate(group): mapping[member] = panel.index(slot_index(order) * lanes + lane).load(*copies)
         number += 1
-        copied, next_id = _copy(panel, load, order, next_id)
-        mapping[load] = panel.index(slot_index(order)).load(copied)
     return ast.substitute(mapping)
+
+def _lane_groups(packed: list[tuple[UOp, list[UOp]]]) -> list[list[tuple[UOp, list[UOp], int]]]:
+    """``packed`` (load, order) pairs grouped by what they read apart from a constant offset: the same buffer, the
+    same ranges with the same coefficients, the same slot order, no gate. Each group is sorted by offset and holds
+    (load, order, offset)."""
+    from fusegrad.uop.symbolic import linear_terms
+    groups: dict[tuple, list[tuple[UOp, list[UOp], int]]] = {}
+    for load, order in packed:
+        index = load.src[0]
+        flat = linear_terms(index.src[1]) if len(index.src) == 2 and len(load.src) == 1 else None
+        key = (index.src[0], frozenset(flat[0].items()), tuple(order)) if flat is not None else (load,)
+        groups.setdefault(key, []).append((load, order, flat[1] if flat is not None else 0))
+    return [sorted(group, key=lambda member: member[2]) for group in groups.values()]
+
+def _copy_lanes(panel: UOp, group: list[tuple[UOp, list[UOp], int]], next_id: int) -> tuple[list[UOp], int]:
+    """``panel[slot(order) * lanes + lane] = load_lane`` for the loads of a lane group: one copy loop per run of
+    consecutive offsets, over fresh STAGE ranges for ``order`` and one for the run (innermost, so a run of a row's
+    lanes is copied as a vector). Returns (the ENDs that close the copies, the next free range id)."""
+    ends, lanes = [], len(group)
+    start = 0
+    while start < lanes:
+        end = start + 1
+        while end < lanes and group[end][2] == group[end - 1][2] + 1: end += 1
+        load, order, _ = group[start]
+        copies = [UOp(Ops.RANGE, dtypes.index, (r.src[0],), (next_id + i, AxisType.STAGE)) for i, r in enumerate(order)]
+        run = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, end - start),), (next_id + len(order), AxisType.STAGE))
+        next_id += len(order) + 1
+        index = load.src[0]
+        source = index.src[0].index(index.src[1].substitute(dict(zip(order, copies))) + run)
+        fill = panel.index(slot_index(copies) * lanes + (run + start)).store(UOp(Ops.LOAD, load.dtype, (source,)))
+        ends.append(UOp(Ops.END, dtypes.void, (fill,) + tuple(copies) + (run,)))
+        start = end
+    return ends, next_id
 
 def _zero_when_padded(value: UOp, rng: UOp) -> bool:
     """Is ``value`` exactly 0 whenever the loads whose address depends on ``rng`` read 0? (Only

@@ -299,9 +299,16 @@ def _reduce_choices(ast: UOp, renderer, globals_: list[UOp], reduces: list[UOp],
     return []
 
 def _tensor_core_opts(ast: UOp, renderer) -> list[Opt]:
-    """TC on the first choice (contiguous b rows), then a register tile of instructions: 4 column blocks
-    (64 columns) by 8 rows, 32 vector accumulators (bfloat16 matmul on AVX512-BF16, 1024: 387 GFLOPS
-    with 2 x 8, 417 with 4 x 8; 2048: 260 and 448), then threads. [] when no TC applies."""
+    """TC on the first choice (contiguous b rows), then a register tile of instructions, then threads; [] when no
+    TC applies.
+
+    Where the b panel is reused by enough row blocks (a CPU renderer, 64+ of them), the tile is 2 column blocks
+    (32 columns) by 8 rows, the column loop runs outside and each column block's b rows are packed (``PACK``, one
+    panel for an instruction's lanes): 16 accumulators, and b read from a contiguous panel instead of rows a
+    matrix width apart. Unpacked, a power-of-two width put those rows in a few cache sets: 2048 ran at 285
+    GFLOPS, 2032 at 371-385 (bfloat16 on AVX512-BF16, 2 cores); packed, 2048 runs at 417 and 1024 at 395-402
+    (PyTorch/oneDNN 405 and 433). Otherwise 4 column blocks by 8 rows, 32 accumulators: the choice measured on an
+    earlier host (1024: 417 GFLOPS there, 250-306 on this one, where that tile spills)."""
     choices = tensor_core_choices(ast, renderer, int(TC_OPT.value))
     if not choices: return []
     _, _, a, b, n, m, _ = choices[0]
@@ -314,10 +321,13 @@ def _tensor_core_opts(ast: UOp, renderer) -> list[Opt]:
     a_ids, b_ids = {r.arg[0] for r in ranges_in(a)}, {r.arg[0] for r in ranges_in(b)}
     row = next((r for r in reversed(axes) if r.arg[1] is not AxisType.REDUCE and r.arg[0] in a_ids - b_ids and
                 (m is None or r.arg[0] == m.arg[0])), None)
-    tile = [(column, _largest_divisor(range_size(column), (4, 2)), OptOps.UPCAST)]
-    if row is not None: tile.append((row, _largest_divisor(range_size(row), (8, 4, 2)), OptOps.UPCAST))
-    opts += _as_opts(axes, [c for c in tile if c[1] is not None])
-    for o in opts[1:]: tiled = apply_opt(tiled, o, renderer)
+    packed = _packed_tensor_core_tile(tiled, axes, row, column, renderer)
+    if packed is not None: opts, tiled = opts + packed[0], packed[1]
+    else:
+        tile = [(column, _largest_divisor(range_size(column), (4, 2)), OptOps.UPCAST)]
+        if row is not None: tile.append((row, _largest_divisor(range_size(row), (8, 4, 2)), OptOps.UPCAST))
+        opts += _as_opts(axes, [c for c in tile if c[1] is not None])
+        for o in opts[1:]: tiled = apply_opt(tiled, o, renderer)
     sizes = [range_size(r) for r in kernel_axes(ast)]
     work = prod(sizes) if all(isinstance(s, int) for s in sizes) else 0
     if renderer.has_threads and cpu_count() > 1 and work >= getenv("THREAD_MIN_WORK", 1 << 20):
@@ -325,6 +335,20 @@ def _tensor_core_opts(ast: UOp, renderer) -> list[Opt]:
         if first.arg[1] in (AxisType.GLOBAL, AxisType.LOOP) and isinstance(range_size(first), int) and range_size(first) >= cpu_count():
             opts.append(Opt(OptOps.THREAD, 0, cpu_count()))
     return opts
+
+def _packed_tensor_core_tile(tiled: UOp, axes: list[UOp], row: UOp | None, column: UOp, renderer) -> tuple[list[Opt], UOp] | None:
+    """The packed tile of ``_tensor_core_opts`` (8 rows x 2 column blocks, columns outside, b packed) as opts after
+    TC and the kernel they make, or None where it doesn't apply: a workgroup renderer, a batch of matmuls (more
+    than the two global axes), fewer than 64 row blocks to reuse each panel, or no panel that fits."""
+    globals_ = [r for r in axes if r.arg[1] in (AxisType.GLOBAL, AxisType.LOOP)]
+    if renderer.has_local or row is None or globals_ != [row, column] or not all(isinstance(range_size(r), int) for r in globals_): return None
+    if range_size(column) % 2 or range_size(row) % 8 or range_size(row) // 8 < 64: return None
+    choices = [(column, 2, OptOps.UPCAST), (row, 8, OptOps.UPCAST), (row, column, OptOps.SWAP), (column, 0, OptOps.PACK)]
+    opts = _as_opts(axes, choices)
+    try:
+        for opt in opts: tiled = apply_opt(tiled, opt, renderer)
+    except KernelOptError: return None
+    return opts, tiled
 
 def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
     """Defaults without search: the renderer's tensor core where one computes the reduce (bfloat16
