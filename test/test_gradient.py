@@ -308,7 +308,7 @@ def test_equal_constant_leaves_get_their_own_gradients():
 
 def _broadcast_gradient_kernels(rng, split: int) -> tuple[int, np.ndarray, np.ndarray]:
     from fusegrad import Context
-    xn, bn = _randn(rng, 65536, 4), _randn(rng, 1, 4)
+    xn, bn = _randn(rng, 1 << 17, 4), _randn(rng, 1, 4)
     with Context(SPLIT_REDUCEOP=split):
         b = Tensor(bn, requires_grad=True)
         ((Tensor(xn) + b) ** 2).sum().backward()
@@ -317,8 +317,8 @@ def _broadcast_gradient_kernels(rng, split: int) -> tuple[int, np.ndarray, np.nd
     return GlobalCounters.kernel_count, grad, 2 * (xn + bn).sum(0, keepdims=True)
 
 def test_broadcast_gradient_of_a_big_reduce_is_split(rng):
-    # b's gradient sums 65536 rows per output (>= 32768): partial sums in one kernel, their sum in a second,
-    # as a forward Tensor.sum of that size runs (SPLIT_REDUCEOP=0: one kernel)
+    # b's gradient sums 131072 rows per output (GRADIENT_SPLIT_THRESHOLD): partial sums in one kernel, their sum
+    # in a second, as a forward Tensor.sum of that size runs (SPLIT_REDUCEOP=0: one kernel)
     split_kernels, split_grad, expected = _broadcast_gradient_kernels(rng, 1)
     whole_kernels, whole_grad, whole_expected = _broadcast_gradient_kernels(rng, 0)
     assert (split_kernels, whole_kernels) == (2, 1)
@@ -327,9 +327,9 @@ def test_broadcast_gradient_of_a_big_reduce_is_split(rng):
 
 @pytest.mark.parametrize("split", [1, 0])
 def test_conv_weight_gradient_over_a_big_batch_is_split(rng, split):
-    # the weight gradient of a conv reduces over batch x output pixels (128 * 16 * 16 = 32768 per weight)
+    # the weight gradient of a conv reduces over batch x output pixels (512 * 16 * 16 = 131072 per weight)
     from fusegrad import Context
-    xn, wn, gn = _randn(rng, 128, 1, 18, 18), _randn(rng, 4, 1, 3, 3), _randn(rng, 128, 4, 16, 16)
+    xn, wn, gn = _randn(rng, 512, 1, 18, 18), _randn(rng, 4, 1, 3, 3), _randn(rng, 512, 4, 16, 16)
     from fusegrad.engine.realize import run_schedule
     with Context(SPLIT_REDUCEOP=split):
         w = Tensor(wn, requires_grad=True)
