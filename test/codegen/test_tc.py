@@ -177,6 +177,22 @@ def test_heuristic_packs_the_tensor_core_tile_of_a_big_matmul():
     assert opts[:5] == [Opt(TC, 0, 0), Opt(U, 1, 2), Opt(U, 0, 8), Opt(S, 0, 1), Opt(OptOps.PACK, 0)], opts
     np.testing.assert_allclose(_run(item, None, "CPU").reshape(reference.shape), reference, rtol=1e-5, atol=1e-5)
 
+@pytest.mark.parametrize("rows, tensor_core", [(64, True), (8, False)])
+def test_heuristic_for_a_linear_layers_layout(rows, tensor_core):
+    """``x @ w.T`` in bfloat16 (w's rows run along the reduce, so each tensor-core lane is another row of w): from 8
+    row blocks the tile packs w's column panel (the lanes become contiguous); with fewer rows the CPU computes it
+    without the tensor core, where the lanes were gathers."""
+    rng = np.random.default_rng(rows)
+    x, w = _bf16(rng, rows, 32), _bf16(rng, 64, 32)
+    def build(device):
+        tx, tw = (Tensor(v, device=device).cast(dtypes.bfloat16).realize() for v in (x, w))
+        return tx.dot(tw.T, dtype=dtypes.float32)
+    item = _kernel(build, "CPU")
+    opts = hand_coded_optimizations(item.ast, Device["CPU"].renderer)
+    assert any(o.op is TC for o in opts) is tensor_core and any(o.op is OptOps.PACK for o in opts) is tensor_core, opts
+    reference = x.astype(np.float64) @ w.T.astype(np.float64)
+    np.testing.assert_allclose(_run(item, None, "CPU").reshape(reference.shape), reference, rtol=1e-5, atol=1e-5)
+
 def test_tensor_core_actions_in_search():
     """BEAM offers TC on every axis choice (and padded where an axis needs it); each computes the product."""
     build, reference = _matmul(8, 32, 24)

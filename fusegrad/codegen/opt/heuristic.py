@@ -307,8 +307,10 @@ def _tensor_core_opts(ast: UOp, renderer) -> list[Opt]:
     panel for an instruction's lanes): 16 accumulators, and b read from a contiguous panel instead of rows a
     matrix width apart. Unpacked, a power-of-two width put those rows in a few cache sets: 2048 ran at 285
     GFLOPS, 2032 at 371-385 (bfloat16 on AVX512-BF16, 2 cores); packed, 2048 runs at 417 and 1024 at 395-402
-    (PyTorch/oneDNN 405 and 433). Otherwise 4 column blocks by 8 rows, 32 accumulators: the choice measured on an
-    earlier host (1024: 417 GFLOPS there, 250-306 on this one, where that tile spills)."""
+    (PyTorch/oneDNN 405 and 433). b read along its rows (``x @ w.T``, a Linear layer's layout) packs from 8 row
+    blocks (bf16 128x768 @ (3072x768).T: 97 -> 291 GFLOPS, 128x3072 @ (768x3072).T: 26 -> 301), and with fewer
+    rows the CPU runs it without the tensor core ([]). Otherwise 4 column blocks by 8 rows, 32 accumulators: the
+    choice measured on an earlier host (1024: 417 GFLOPS there, 250-306 on this one, where that tile spills)."""
     choices = tensor_core_choices(ast, renderer, int(TC_OPT.value))
     if not choices: return []
     _, _, a, b, n, m, _ = choices[0]
@@ -321,7 +323,12 @@ def _tensor_core_opts(ast: UOp, renderer) -> list[Opt]:
     a_ids, b_ids = {r.arg[0] for r in ranges_in(a)}, {r.arg[0] for r in ranges_in(b)}
     row = next((r for r in reversed(axes) if r.arg[1] is not AxisType.REDUCE and r.arg[0] in a_ids - b_ids and
                 (m is None or r.arg[0] == m.arg[0])), None)
-    packed = _packed_tensor_core_tile(tiled, axes, row, column, renderer)
+    # (b read along its rows, ``x @ w.T``: each lane a row apart, so a panel pays off from 8 row blocks)
+    contiguous = b.op is Ops.LOAD and address_stride(b.src[0], n) == 1
+    packed = _packed_tensor_core_tile(tiled, axes, row, column, renderer, 64 if contiguous else 8)
+    # unpacked, such a b gathers every lane from another row: a few rows (bf16 8x768 @ (3072x768).T: 2.2 ms,
+    # 17 GFLOPS) run faster without the tensor core, as dot products along b's rows (0.38 ms)
+    if packed is None and not contiguous and not renderer.has_local: return []
     if packed is not None: opts, tiled = opts + packed[0], packed[1]
     else:
         tile = [(column, _largest_divisor(range_size(column), (4, 2)), OptOps.UPCAST)]
@@ -336,13 +343,14 @@ def _tensor_core_opts(ast: UOp, renderer) -> list[Opt]:
             opts.append(Opt(OptOps.THREAD, 0, cpu_count()))
     return opts
 
-def _packed_tensor_core_tile(tiled: UOp, axes: list[UOp], row: UOp | None, column: UOp, renderer) -> tuple[list[Opt], UOp] | None:
+def _packed_tensor_core_tile(tiled: UOp, axes: list[UOp], row: UOp | None, column: UOp, renderer,
+                             min_row_blocks: int) -> tuple[list[Opt], UOp] | None:
     """The packed tile of ``_tensor_core_opts`` (8 rows x 2 column blocks, columns outside, b packed) as opts after
     TC and the kernel they make, or None where it doesn't apply: a workgroup renderer, a batch of matmuls (more
-    than the two global axes), fewer than 64 row blocks to reuse each panel, or no panel that fits."""
+    than the two global axes), fewer than ``min_row_blocks`` row blocks to reuse each panel, or no panel that fits."""
     globals_ = [r for r in axes if r.arg[1] in (AxisType.GLOBAL, AxisType.LOOP)]
     if renderer.has_local or row is None or globals_ != [row, column] or not all(isinstance(range_size(r), int) for r in globals_): return None
-    if range_size(column) % 2 or range_size(row) % 8 or range_size(row) // 8 < 64: return None
+    if range_size(column) % 2 or range_size(row) % 8 or range_size(row) // 8 < min_row_blocks: return None
     choices = [(column, 2, OptOps.UPCAST), (row, 8, OptOps.UPCAST), (row, column, OptOps.SWAP), (column, 0, OptOps.PACK)]
     opts = _as_opts(axes, choices)
     try:
