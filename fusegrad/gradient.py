@@ -29,10 +29,10 @@ GRADIENT_SPLIT_THRESHOLD = 1 << 17
 
 def split_reduce(x: UOp, op: Ops, axes: tuple[int, ...], threshold: int | None = None) -> UOp | None:
     """``x.reduce_axis(op, axes)`` as two kernels when each output reduces >= ``threshold`` elements (default
-    32768, tinygrad's SPLIT_REDUCEOP rule; gradients use ``GRADIENT_SPLIT_THRESHOLD``): one reduce axis of size n becomes (d, n/d), the first kernel leaves d partial results
-    per output (a stored, CONTIGUOUS tensor) and the second reduces them. d is the largest of 256..8 that
-    divides the largest reduce axis, keeps the partials at most 2**22 elements and leaves each partial at least
-    4 slices of that axis. None when no split applies.
+    32768, tinygrad's SPLIT_REDUCEOP rule; gradients use ``GRADIENT_SPLIT_THRESHOLD``): one reduce axis of size n
+    becomes (d, n/d), the first kernel leaves d partial results per output (a stored, CONTIGUOUS tensor) and the
+    second reduces them. d is the largest of 256..8 that divides the largest reduce axis, keeps the partials at most
+    2**22 elements and leaves each partial at least 4 slices of that axis. None when no split applies.
 
     Why: the partials give a full reduce (``x.sum()``) parallel work, and a big reduce with many outputs
     reads its operands in cache-sized chunks. A conv's weight gradient reduces over the whole batch: in one
