@@ -85,6 +85,33 @@ def _symbolic_index(x: "Tensor", dim: int, index: "UOp | int") -> "Tensor":
     x = x.shrink(tuple((start, start + 1) if i == dim else None for i in range(x.ndim)))
     return x.reshape(x.shape[:dim] + x.shape[dim + 1:])
 
+def _basic_view(x: "Tensor", items: list) -> "Tensor | None":
+    """``x[items]`` for the everyday index, ints, None and step-1 slices with int bounds of a tensor with int sizes
+    (one item per dim, Ellipsis expanded), as one shrink and one reshape; None for any other index. (Slicing dim
+    by dim built a shrink and a tensor per dim: a KV-cache read ``cache[0, :, :n]`` took 72 us.)"""
+    bounds: list[tuple[int, int]] = []
+    shape: list[int] = []
+    sizes = iter(x.shape)
+    for item in items:
+        kind = type(item)
+        if item is None:
+            shape.append(1)
+            continue
+        size = next(sizes)
+        if type(size) is not int: return None
+        if kind is int:
+            if not -size <= item < size: return None   # (the general path names the dim in its IndexError)
+            item = item + size if item < 0 else item
+            bounds.append((item, item + 1))
+        elif kind is slice:
+            if item.step not in (None, 1) or not all(b is None or type(b) is int for b in (item.start, item.stop)): return None
+            start, stop, _ = item.indices(size)
+            bounds.append((start, max(start, stop)))
+            shape.append(bounds[-1][1] - start)
+        else: return None
+    view = x.shrink(tuple(bounds))
+    return view if view.shape == tuple(shape) else view.reshape(tuple(shape))
+
 def getitem(x: "Tensor", indices: Any) -> "Tensor":
     from fusegrad.tensor import Tensor
     items = _normalize(indices)
@@ -101,6 +128,7 @@ def getitem(x: "Tensor", indices: Any) -> "Tensor":
         items = items[:at] + [slice(None)] * (x.ndim - consumed) + items[at + 1:]
     else:
         items = items + [slice(None)] * (x.ndim - consumed)
+    if (view := _basic_view(x, items)) is not None: return view
     # first pass: basic indexing; remember where advanced indices sit in the result
     result, dim, new_shape_ops, advanced = x, 0, [], []
     for k, item in enumerate(items):

@@ -1106,7 +1106,11 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if type(y) is Tensor:
             xu, yu = x.uop, y.uop
             # the common case (operands of one dtype, device and shape) has nothing to cast, copy or broadcast
-            if xu.dtype is yu.dtype and xu.shape == yu.shape and xu.device == yu.device and not dtypes.is_weak(xu.dtype):
+            if xu.dtype is yu.dtype and xu.device == yu.device and not dtypes.is_weak(xu.dtype):
+                if xu.shape == yu.shape: return (y, x) if reverse else (x, y)
+                # (one dtype and device but two shapes, a bias or a mask: nothing to cast, only to broadcast)
+                shape = _broadcast_shape(xu.shape, yu.shape)
+                x, y = x._broadcast_to(shape), y._broadcast_to(shape)
                 return (y, x) if reverse else (x, y)
         if match_dtype and type(y) in (int, float) and (operand := x._broadcast_scalar(y)) is not None:
             scalar = Tensor(operand, requires_grad=False)
@@ -1154,7 +1158,10 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         padded = (1,) * (len(shape) - self.ndim) + self.shape
         for have, want in zip(padded, shape):
             if have != want and not (isinstance(have, int) and have == 1): raise ValueError(f"cannot broadcast {self.shape} to {shape}")
-        return self.reshape(padded).expand(shape)
+        # (the reshape adds leading 1s and the expand is checked above: the UOps directly, one Tensor)
+        uop = self.uop
+        if padded != self.shape: uop = UOp(Ops.RESHAPE, uop.dtype, (uop,), padded)
+        return Tensor(UOp(Ops.EXPAND, uop.dtype, (uop,), shape) if padded != shape else uop, requires_grad=self.requires_grad)
 
     def _binary(self, op: Ops, y: Any, reverse: bool = False) -> "Tensor":
         if type(y) in (int, float) and (operand := self._broadcast_scalar(y)) is not None:
@@ -1371,8 +1378,12 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         >>> Tensor([[1, 2, 3], [4, 5, 6]]).shrink(((0, 1), (1, 3))).tolist()
         [[2, 3]]
         """
-        if len(arg) != self.ndim: raise ValueError(f"shrink needs {self.ndim} ranges, got {len(arg)}")
-        bounds = tuple((0, s) if b is None else tuple(b) for b, s in zip(arg, self.shape))
+        shape = self.shape
+        if len(arg) != len(shape): raise ValueError(f"shrink needs {len(shape)} ranges, got {len(arg)}")
+        bounds = tuple((0, s) if b is None else tuple(b) for b, s in zip(arg, shape))
+        # the common case, int bounds of int sizes (every slice, split and cache write), needs no symbolic checks
+        if all(type(b) is int and type(e) is int and type(s) is int and 0 <= b <= e <= s for (b, e), s in zip(bounds, shape)):
+            return self if all(b == 0 and e == s for (b, e), s in zip(bounds, shape)) else self._apply(Ops.SHRINK, arg=bounds)
         for (b, e), s in zip(bounds, self.shape):
             if not (isinstance(b, (int, UOp)) and isinstance(e, (int, UOp))) or isinstance(b, bool) or isinstance(e, bool):
                 raise TypeError(f"shrink bounds must be ints or bound Variables, got {bounds}")
@@ -1387,6 +1398,10 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         [0, 1, 2, 0, 0]
         """
         if mode not in ("constant", "reflect", "replicate", "circular"): raise NotImplementedError(f"pad mode {mode!r} is not supported")
+        # the common case, a zero pad by non-negative int pairs, one per dim (every cat): one PAD node, no checks to run
+        if mode == "constant" and value == 0 and len(padding) == self.ndim and \
+                all(type(p) is tuple and len(p) == 2 and type(p[0]) is int and type(p[1]) is int and p[0] >= 0 and p[1] >= 0 for p in padding):
+            return self._apply(Ops.PAD, arg=tuple(padding)) if any(p != (0, 0) for p in padding) else self
         if all(isinstance(p, (int, UOp)) for p in padding):
             if len(padding) % 2 != 0 or len(padding) // 2 > self.ndim: raise ValueError(f"invalid flat padding {padding} for shape {self.shape}")
             pairs = [(0, 0)] * (self.ndim - len(padding) // 2) + [(padding[i], padding[i + 1]) for i in range(len(padding) - 2, -1, -2)]
@@ -1527,7 +1542,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         for t in tensors:
             padding = [(0, 0)] * t.ndim
             padding[dim] = (offset, total - offset - t.shape[dim])
-            piece = t.pad(padding)
+            piece = t.pad(tuple(padding))
             out = piece if out is None else out + piece
             offset += t.shape[dim]
         return out

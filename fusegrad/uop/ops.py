@@ -110,7 +110,10 @@ def _arg_key(arg: Any) -> Any:
     if kind is int or kind is str or arg is None: return arg
     if kind is tuple:
         for a in arg:
-            if (item_kind := type(a)) is not int and item_kind is not str: break
+            if (item_kind := type(a)) is int or item_kind is str: continue
+            # (a pair of ints: a SHRINK's or PAD's bounds for one dim)
+            if item_kind is tuple and len(a) == 2 and type(a[0]) is int and type(a[1]) is int: continue
+            break
         else: return arg
     if isinstance(arg, float): return (float, struct.pack("<d", arg))
     if isinstance(arg, bool): return (bool, arg)
@@ -257,10 +260,16 @@ class UOp(metaclass=UOpMetaClass):
     @memoized_property
     def shape(self) -> tuple | None:
         """The shape of a tensor-graph UOp (None for kernel-level UOps). Symbolic sizes are UOps."""
-        if any("shape" not in s.__dict__ for s in self.src): self._fill_bottom_up("shape")
+        # (plain loops, no generators: every node a tensor op builds comes here once)
+        for source in self.src:
+            if "shape" not in source.__dict__:
+                self._fill_bottom_up("shape")
+                break
         shape = _compute_shape(self)
-        if shape is None or all(isinstance(s, int) for s in shape): return shape
-        return tuple(s.ssimplify() if isinstance(s, UOp) else s for s in shape)
+        if shape is None: return None
+        for size in shape:
+            if type(size) is not int: return tuple(s.ssimplify() if isinstance(s, UOp) else s for s in shape)
+        return shape
     @property
     def size(self) -> Any: return prod(self.shape) if self.shape is not None else 1
     @property
