@@ -98,8 +98,7 @@ def _shrink_gradient(grad: UOp, ret: UOp) -> UOp:
     return grad.pad(tuple((begin, size - end) for (begin, end), size in zip(ret.arg, ret.src[0].shape)))
 
 def _cos(x: UOp) -> UOp:
-    """cos x from SIN's exact range reduction (not SIN(pi/2 - x), which rounds pi/2 - x: wrong beyond
-    ~1e4 in float32); see tensor.cos_uop."""
+    """cos x (one Ops.COS; see tensor.cos_uop)."""
     from fusegrad.tensor import cos_uop
     return cos_uop(x)
 
@@ -107,6 +106,7 @@ pm_gradient = PatternMatcher([
     (UPat(Ops.CAST, name="ret"), lambda ctx, ret: (ctx.cast(ret.src[0].dtype),)),
     (UPat(Ops.RECIPROCAL, name="ret"), lambda ctx, ret: (-ctx * ret * ret,)),
     (UPat(Ops.SIN, name="ret"), lambda ctx, ret: (_cos(ret.src[0]) * ctx,)),
+    (UPat(Ops.COS, name="ret"), lambda ctx, ret: (-ret.src[0].alu(Ops.SIN) * ctx,)),
     (UPat(Ops.LOG2, name="ret"), lambda ctx, ret: (ctx / (ret.src[0] * math.log(2)),)),
     (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: (ctx * ret * math.log(2),)),
     (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (ctx / (ret * 2),)),

@@ -22,7 +22,6 @@ from fusegrad.engine.realize import run_schedule
 from fusegrad.gradient import record_origins, split_reduce   # (module level: an import inside _apply_becomes cost ~1.4 us per realize)
 from fusegrad.mixins.processing import ProcessingMixin
 from fusegrad.mixins.functional import FunctionalMixin
-from fusegrad.codegen.transcendental import xsin
 
 all_tensors: "weakref.WeakSet[Tensor]" = weakref.WeakSet()
 
@@ -116,11 +115,6 @@ def _exp_of_float(value: float) -> float:
     try: return math.exp(value)
     except OverflowError: return math.inf
 
-def _trig_uop(x: UOp, quarter_turns: int) -> UOp:
-    """sin(x + quarter_turns*pi/2) for a float UOp, from codegen/transcendental.xsin's range
-    reduction (exact for every float32, float64 to ~1.6e9); float16/bfloat16 compute in float32."""
-    if x.dtype in (dtypes.float32, dtypes.float64): return xsin(x, quarter_turns)
-    return xsin(x.cast(dtypes.float32), quarter_turns).cast(x.dtype)
 
 def _explicit_gradients(ret: UOp, grad: UOp) -> tuple[UOp | None, ...]:
     """An Ops.CUSTOM gradient rule for ``CUSTOM(value, x_1..x_n, c_1..c_n)``: input ``x_i`` gets ``grad * c_i``
@@ -130,20 +124,22 @@ def _explicit_gradients(ret: UOp, grad: UOp) -> tuple[UOp | None, ...]:
     inputs, coefficients = ret.src[1:1 + count], ret.src[1 + count:]
     return tuple(grad * c.cast(grad.dtype) if dtypes.is_float(x.dtype) else None for x, c in zip(inputs, coefficients)) + (None,) * count
 
-def _cos_gradient(ret: UOp, grad: UOp) -> tuple[UOp]: return (-ret.src[1].alu(Ops.SIN) * grad,)
 def _tan_gradient(ret: UOp, grad: UOp) -> tuple[UOp]: return (grad + grad * ret * ret,)   # ret: tan x, differentiable
 
 def cos_uop(x: UOp) -> UOp:
-    """cos x of a tensor-graph float UOp, with the gradient -sin x. Why not SIN(pi/2 - x): that
-    rounds pi/2 - x first (wrong beyond ~1e4 in float32). Here it is sin with the quadrant from
-    SIN's own exact range reduction advanced by one (xsin(x, 1)), as arithmetic UOps on every
-    device; an Ops.CUSTOM node carries the gradient, since the rounding steps of the reduction
-    have no useful derivative."""
-    return UOp(Ops.CUSTOM, x.dtype, (_trig_uop(x, 1), x), _cos_gradient)
+    """cos x of a tensor-graph float UOp: one Ops.COS node (gradient -sin x, in gradient.py), which codegen expands
+    into SIN's exact range reduction with the quadrant advanced by one (codegen/transcendental.py) where the renderer
+    has no accurate cos of its own. Why not SIN(pi/2 - x), tinygrad's form: that rounds pi/2 - x first (wrong beyond
+    ~1e4 in float32). (Expanded here in the front end, as it once was, every cos and every gradient of a sin cost
+    ~100 UOps of graph building.) float16/bfloat16 compute in float32."""
+    if x.dtype in (dtypes.float32, dtypes.float64): return x.alu(Ops.COS)
+    return x.cast(dtypes.float32).alu(Ops.COS).cast(x.dtype)
 
 def tan_uop(x: UOp) -> UOp:
-    """tan x = sin x / cos x, both from one range reduction (see ``cos_uop``); gradient 1 + tan**2."""
-    return UOp(Ops.CUSTOM, x.dtype, (_trig_uop(x, 0) / _trig_uop(x, 1), x), _tan_gradient)
+    """tan x = sin x / cos x (codegen shares their range reduction: the same x builds the same nodes); an Ops.CUSTOM
+    node carries the gradient 1 + tan**2, which the quotient's own gradient would give less accurately."""
+    sin = x.alu(Ops.SIN) if x.dtype in (dtypes.float32, dtypes.float64) else x.cast(dtypes.float32).alu(Ops.SIN).cast(x.dtype)
+    return UOp(Ops.CUSTOM, x.dtype, (sin / cos_uop(x), x), _tan_gradient)
 
 def _horner(x: "Tensor", coefficients: tuple[float, ...]) -> "Tensor":
     """c0 + c1*x + c2*x**2 + ... (coefficients lowest order first)."""
@@ -2801,7 +2797,8 @@ def _box_muller(uniform0: Tensor, uniform1: Tensor) -> Tensor:
     """Standard normals from two float32 uniforms in [0, 1): cos(2 pi u0) * sqrt(-2 log(1 - u1)), as tinygrad draws
     them (the same stream gives the same normals)."""
     angle = (uniform0 * (2 * math.pi)).uop
-    return Tensor(xsin(angle, 1, bounded=True)) * ((1 - uniform1).log() * -2).sqrt()   # (cos: the angle is below 2 pi)
+    # (a COS whose arg bounds the angle, below 2 pi: codegen reduces it the cheaper way, see transcendental._cos)
+    return Tensor(UOp(Ops.COS, dtypes.float32, (angle,), 2 * math.pi)) * ((1 - uniform1).log() * -2).sqrt()
 
 def _bits_to_unit_interval(bits: Tensor, count: int, dtype: DType) -> Tensor:
     """``count`` floats of ``dtype`` in [0, 1) from uint32 random words: each float's top mantissa bits

@@ -117,6 +117,25 @@ def test_sigmoid_divides_once_per_element():
     (item,) = Tensor.rand(16).realize().sigmoid().schedule()
     assert sum(1 for u in item.ast.toposort if u.op is Ops.FDIV) == 1
 
+
+def test_cos_is_one_node_and_the_gradient_of_sin_too():
+    # cos is an op of its own, expanded in codegen: the front end builds one node for it (and for the cos in sin's
+    # gradient), where building the range reduction as a tensor graph cost ~100 nodes per call
+    from fusegrad.uop.ops import Ops
+    x = Tensor([0.5, 2.0], requires_grad=True)
+    assert x.cos().uop.op is Ops.COS and len(x.cos().uop.toposort) < 6
+    (grad,) = x.sin().sum().gradient(x)
+    assert sum(1 for u in grad.uop.toposort if u.op is Ops.COS) == 1 and len(grad.uop.toposort) < 20
+    np.testing.assert_allclose(grad.numpy(), np.cos([0.5, 2.0]), rtol=1e-6)
+    (grad,) = x.cos().sum().gradient(x)
+    np.testing.assert_allclose(grad.numpy(), -np.sin([0.5, 2.0]), rtol=1e-6)
+
+def test_cos_and_padding(device):
+    # cos 0 = 1: a padded cos keeps its pad's zeros (a pad must not move under an op with f(0) != 0), and a cos of
+    # padding is 1 there
+    x = np.array([1.0, 2.0], np.float32)
+    assert_tensor((Tensor(x, device=device) * 3).cos().pad((1, 2)), np.pad(np.cos(x * 3), (1, 2)))
+    assert_tensor(Tensor(x, device=device).pad((1, 2)).cos(), np.cos(np.pad(x, (1, 2))))
 def test_sign_abs_exact_at_zero(device):
     x = np.array([-1.0, 0.0, 1.0, -0.0], np.float32)
     assert_tensor(Tensor(x, device=device).sign(), np.sign(x))

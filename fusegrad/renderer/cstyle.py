@@ -60,6 +60,7 @@ class CStyleLanguage(Renderer):
         if op is Ops.EXP2: return self.math_function("exp2", dtype, s[0])
         if op is Ops.LOG2: return self.math_function("log2", dtype, s[0])
         if op is Ops.SIN: return self.math_function("sin", dtype, s[0])
+        if op is Ops.COS: return self.math_function("cos", dtype, s[0])
         if op is Ops.SQRT: return self.math_function("sqrt", dtype, s[0])
         if op is Ops.TRUNC: return self.math_function("trunc", dtype, s[0]) if dtypes.is_float(dtype) else s[0]
         if op is Ops.RECIPROCAL: return f"({self.render_const(1.0, dtype)}/{s[0]})"

@@ -165,7 +165,7 @@ class OpenCLRenderer(CStyleLanguage):
         op = u.op
         if op is Ops.WHERE: return f"select({s[2]}, {s[1]}, {s[0]})"
         if op is Ops.MAX: return f"max({s[0]}, {s[1]})" if not dtypes.is_float(u.dtype) else f"select({s[1]}, {s[0]}, ({s[0]}>{s[1]})|({s[0]}!={s[0]}))"
-        if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT): return f"{op.name.lower()}({s[0]})"
+        if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT): return f"{op.name.lower()}({s[0]})"
         if op is Ops.TRUNC: return f"trunc({s[0]})" if dtypes.is_float(u.dtype) else s[0]
         return super().render_vector_alu(u, s)
 

@@ -204,7 +204,7 @@ def _bitcast(x: Any, sdt: DType, dt: DType) -> Any:
 
 # ---------------------------------------------------------------- ALU
 
-_FLOAT_ONLY = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.FDIV, Ops.POW}
+_FLOAT_ONLY = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT, Ops.RECIPROCAL, Ops.FDIV, Ops.POW}
 
 def _pow(a: Any, b: Any) -> Any:
     """Python's ``float(a) ** b`` as ``exec_alu`` guards it, in float64."""
@@ -227,6 +227,7 @@ def _float_alu(op: Ops, xs: list) -> Any:
     if op is Ops.EXP2: return np.exp2(xs[0])
     if op is Ops.LOG2: return np.log2(xs[0])
     if op is Ops.SIN: return np.sin(xs[0])
+    if op is Ops.COS: return np.cos(xs[0])
     if op is Ops.SQRT: return np.sqrt(xs[0])
     if op is Ops.RECIPROCAL: return np.reciprocal(xs[0])
     if op is Ops.NEG: return np.negative(xs[0])
@@ -300,7 +301,7 @@ def _make_alu(op: Ops, dt: DType, src_dts: list[DType]) -> Callable[[list], Any]
             .astype(onp, copy=False)
     # floats: exec_alu computes in float64 and rounds once; numpy's native float16/float32 ops round
     # correctly too, except for transcendentals and fused ops, which run in float64 here
-    cnp = np.dtype(np.float64) if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW, Ops.MULACC, Ops.IDIV, Ops.MOD) else onp
+    cnp = np.dtype(np.float64) if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.POW, Ops.MULACC, Ops.IDIV, Ops.MOD) else onp
     if onp == np.float64 and op in _PY_FLOAT64:
         return lambda xs, f=_PY_FLOAT64[op]: np.asarray(f(*[np.asarray(x).astype(cnp, copy=False) for x in xs]), np.float64)
     return lambda xs: np.asarray(_float_alu(op, [np.asarray(x).astype(cnp, copy=False) for x in xs])).astype(onp, copy=False)

@@ -64,7 +64,7 @@ def _is_alias(node: UOp) -> bool:
 LAUNCH_COST = 1 << 16
 # ops that the backends expand into many instructions: threefry is 20 rounds of add/rotate/xor,
 # exp2/log2/sin/pow become polynomial approximations with range reduction
-_OP_COST = {Ops.THREEFRY: 64, Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 16, Ops.POW: 16,
+_OP_COST = {Ops.THREEFRY: 64, Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 16, Ops.COS: 16, Ops.POW: 16,
             Ops.SQRT: 4, Ops.RECIPROCAL: 4, Ops.FDIV: 4, Ops.IDIV: 4, Ops.MOD: 4}
 
 def op_cost(op: Ops) -> int:

@@ -25,6 +25,7 @@ def _safe_log2(x: float) -> float:
 def _safe_sqrt(x: float) -> float: return math.sqrt(x) if x >= 0 else math.nan
 
 def _safe_sin(x: float) -> float: return math.sin(x) if math.isfinite(x) else math.nan
+def _safe_cos(x: float) -> float: return math.cos(x) if math.isfinite(x) else math.nan
 
 def _reciprocal(x: float) -> float:
     if x == 0: return math.copysign(math.inf, x)
@@ -75,7 +76,7 @@ def _threefry(x: int, key: int) -> int:
     return (high << 32) | low
 
 PYTHON_ALU: dict[Ops, Callable[..., Any]] = {
-    Ops.EXP2: _safe_exp2, Ops.LOG2: _safe_log2, Ops.SIN: _safe_sin, Ops.SQRT: _safe_sqrt, Ops.RECIPROCAL: _reciprocal,
+    Ops.EXP2: _safe_exp2, Ops.LOG2: _safe_log2, Ops.SIN: _safe_sin, Ops.COS: _safe_cos, Ops.SQRT: _safe_sqrt, Ops.RECIPROCAL: _reciprocal,
     Ops.NEG: lambda x: (not x) if isinstance(x, bool) else -x, Ops.TRUNC: _trunc,
     Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b,
     Ops.IDIV: _idiv, Ops.MOD: _mod, Ops.FDIV: _fdiv, Ops.MAX: _max, Ops.POW: _pow,

@@ -34,6 +34,7 @@ class Ops(FastEnum):
     # ---- unary ALU
     CAST = auto(); BITCAST = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); RECIPROCAL = auto()
     NEG = auto(); TRUNC = auto()
+    COS = auto()   # (arg: None, or a bound B on |x| the builder guarantees; B < 2**15 lets codegen reduce x more cheaply)
     # ---- binary ALU
     ADD = auto(); MUL = auto(); IDIV = auto(); MOD = auto(); MAX = auto(); CMPLT = auto(); CMPNE = auto(); CMPEQ = auto()
     AND = auto(); OR = auto(); XOR = auto(); SHL = auto(); SHR = auto(); SUB = auto(); FDIV = auto(); POW = auto()
@@ -62,7 +63,7 @@ def _fast_member_reads(enum_class: type) -> None:
 _fast_member_reads(Ops)
 
 class GroupOp:
-    Unary = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC}
+    Unary = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC}
     Binary = {Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR,
               Ops.SHL, Ops.SHR, Ops.SUB, Ops.FDIV, Ops.POW, Ops.THREEFRY}
     Ternary = {Ops.WHERE, Ops.MULACC}
@@ -73,7 +74,7 @@ class GroupOp:
     Associative = {Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX}
     Comparison = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ}
     # ops where f(0) != 0, so a padded region can't be computed as zeros: the scheduler gates them
-    UnsafePad = {Ops.RECIPROCAL, Ops.LOG2, Ops.EXP2, Ops.IDIV, Ops.FDIV, Ops.POW, Ops.CMPLT, Ops.CMPEQ}
+    UnsafePad = {Ops.RECIPROCAL, Ops.LOG2, Ops.EXP2, Ops.COS, Ops.IDIV, Ops.FDIV, Ops.POW, Ops.CMPLT, Ops.CMPEQ}
 
 class AxisType(Enum):
     """The kind of a RANGE (a loop index). The optimizer changes kinds; renderers place them."""

@@ -103,7 +103,7 @@ def ulp_error(got: np.ndarray, want: np.ndarray, npdt) -> np.ndarray:
 
 # float64 results are checked against long double math where numpy has a wider long double
 _WIDE = np.longdouble if np.finfo(np.longdouble).nmant > 52 else np.float64
-_NP_FN = {Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin}
+_NP_FN = {Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin, Ops.COS: np.cos}
 # the targets: float32 <= 2 ulp, float64 <= 4 ulp (measured: <= 1 for all three), float16 (computed
 # in float32, rounded once) <= 1
 MAX_ULP = {dtypes.float16: 1, dtypes.float32: 2, dtypes.float64: 4}
@@ -198,6 +198,20 @@ def test_bounded_float32_sin_and_cos(rng):
         assert ulp_error(got, fn(x.astype(np.float64)).astype(np.float32), np.float32).max() <= MAX_ULP[dtypes.float32]
     def size(graph: UOp) -> int: return sum(u.op is not Ops.CONST for u in graph.toposort)
     assert size(xsin(inp, 1, bounded=True)) < 0.6 * size(xsin(inp, 1))
+
+def test_cos_op_expands_to_sins_reduction_a_quarter_turn_on(rng):
+    """COS(x) is xsin(x, 1): SIN's exact reduction with the quadrant advanced by one, so the same x shares its nodes with
+    SIN(x) (tan's numerator and denominator); a COS whose arg bounds |x| below 2**15 takes the cheaper reduction."""
+    inp = UOp(Ops.DEFINE_VAR, dtypes.float32, arg=("x", 0, 1))
+    assert decompose_transcendentals(UOp(Ops.COS, dtypes.float32, (inp,))) is xsin(inp, 1)
+    assert decompose_transcendentals(UOp(Ops.COS, dtypes.float32, (inp,), 2 * math.pi)) is xsin(inp, 1, bounded=True)
+    assert decompose_transcendentals(UOp(Ops.COS, dtypes.float32, (inp,), 1e6)) is xsin(inp, 1)   # (a bound too big to use)
+    # float16 computes in float32 and rounds once, as SIN does
+    half = UOp(Ops.DEFINE_VAR, dtypes.float16, arg=("h", 0, 1))
+    assert decompose_transcendentals(UOp(Ops.COS, dtypes.float16, (half,))) is xsin(half.cast(dtypes.float32), 1).cast(dtypes.float16)
+    x = rng.uniform(-1e4, 1e4, N).astype(np.float32)
+    got = evaluate(decompose_transcendentals(UOp(Ops.COS, dtypes.float32, (inp,))), inp, x)
+    assert ulp_error(got, np.cos(x.astype(np.float64)).astype(np.float32), np.float32).max() <= MAX_ULP[dtypes.float32]
 
 def test_sin_float64_near_multiples_of_pi_over_2():
     # doubles next to k*pi/2 from a three-part pi/2 (exact enough to land on the nearest double)
@@ -354,8 +368,8 @@ def test_end_to_end(dev, monkeypatch, rng):
     for dtype in (dtypes.float32, dtypes.float64):
         npdt = NP[dtype]
         for op, name, x in ((Ops.EXP2, "exp2", rng.uniform(-155, 135, 3000)), (Ops.LOG2, "log2", positive_bit_patterns(rng, dtype, 3000)),
-                            (Ops.SIN, "sin", rng.uniform(-1e4, 1e4, 3000))):
-            x = with_specials(x, dtype, 1e4 if op is Ops.SIN else math.inf)
+                            (Ops.SIN, "sin", rng.uniform(-1e4, 1e4, 3000)), (Ops.COS, "cos", rng.uniform(-1e4, 1e4, 3000))):
+            x = with_specials(x, dtype, 1e4 if op in (Ops.SIN, Ops.COS) else math.inf)
             got = getattr(Tensor(x, device=dev), name)().numpy()
             assert ulp_error(got, reference(op, x, npdt), npdt).max() <= MAX_ULP[dtype], (dev, dtype, name)
 
