@@ -115,7 +115,6 @@ def _exp_of_float(value: float) -> float:
     try: return math.exp(value)
     except OverflowError: return math.inf
 
-
 def _explicit_gradients(ret: UOp, grad: UOp) -> tuple[UOp | None, ...]:
     """An Ops.CUSTOM gradient rule for ``CUSTOM(value, x_1..x_n, c_1..c_n)``: input ``x_i`` gets ``grad * c_i``
     (None for an int input), the coefficients ``c_i`` (detached graphs) get none. The coefficients are sources,
@@ -1355,9 +1354,12 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         >>> Tensor.ones(2, 3, 4).permute(2, 0, 1).shape
         (4, 2, 3)
         """
-        order = tuple(self._resolve_dim(o) for o in argfix(*order))
-        if sorted(order) != list(range(self.ndim)): raise RuntimeError(f"invalid permutation {order} of a {self.ndim}-d tensor")
-        return self if order == tuple(range(self.ndim)) else self._apply(Ops.PERMUTE, arg=order)
+        order, ndim = argfix(*order), self.ndim
+        # (non-negative ints that are a permutation: nothing to resolve, the common call of transpose and matmul)
+        if not (all(type(o) is int and o >= 0 for o in order) and sorted(order) == list(range(ndim))):
+            order = tuple(self._resolve_dim(o) for o in order)
+            if sorted(order) != list(range(ndim)): raise RuntimeError(f"invalid permutation {order} of a {ndim}-d tensor")
+        return self if order == tuple(range(ndim)) else self._apply(Ops.PERMUTE, arg=order)
     def flip(self, *axis) -> "Tensor":
         """Reverse the order along ``axis``: ``Tensor([1, 2, 3]).flip(0).tolist() == [3, 2, 1]``.
 

@@ -791,6 +791,15 @@ def test_getitem_random_slices(device, data):
                       data.draw(st.none() | st.integers(-4, 4).filter(lambda s: s != 0))) for _ in shape)
     assert_tensor(Tensor(x, device=device)[idx], x[idx], dtypes.int32)
 
+def test_getitem_basic_index_is_one_view():
+    # ints, None and step-1 slices become one SHRINK and one RESHAPE, not a shrink per dim (a KV-cache read, every step)
+    from fusegrad.uop.ops import Ops
+    cache = Tensor.zeros(2, 1, 16, 3, 4).contiguous().realize()
+    view = cache[0, :, :5, None]
+    assert view.shape == (1, 5, 1, 3, 4)
+    assert [u.op for u in view.uop.toposort if u.op in (Ops.SHRINK, Ops.RESHAPE)] == [Ops.RESHAPE, Ops.SHRINK, Ops.RESHAPE]
+    np.testing.assert_array_equal(view.numpy(), np.zeros((2, 1, 16, 3, 4), np.float32)[0, :, :5, None])
+
 def test_getitem_advanced(device, rng):
     x = rand_np(rng, (4, 5), dtypes.float32)
     t = Tensor(x, device=device)
