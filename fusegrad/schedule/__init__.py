@@ -63,7 +63,7 @@ def _is_alias(node: UOp) -> bool:
 # a few microseconds of dispatch, argument setup and thread wake-up on the CPU backend)
 LAUNCH_COST = 1 << 16
 # ops that the backends expand into many instructions: threefry is 20 rounds of add/rotate/xor,
-# exp2/log2/sin/pow become polynomial approximations with range reduction
+# exp2/log2/sin/cos/pow become polynomial approximations with range reduction
 _OP_COST = {Ops.THREEFRY: 64, Ops.EXP2: 16, Ops.LOG2: 16, Ops.SIN: 16, Ops.COS: 16, Ops.POW: 16,
             Ops.SQRT: 4, Ops.RECIPROCAL: 4, Ops.FDIV: 4, Ops.IDIV: 4, Ops.MOD: 4}
 
