@@ -131,14 +131,17 @@ def cos_uop(x: UOp) -> UOp:
     has no accurate cos of its own. Why not SIN(pi/2 - x), tinygrad's form: that rounds pi/2 - x first (wrong beyond
     ~1e4 in float32). (Expanded here in the front end, as it once was, every cos and every gradient of a sin cost
     ~100 UOps of graph building.) float16/bfloat16 compute in float32."""
-    if x.dtype in (dtypes.float32, dtypes.float64): return x.alu(Ops.COS)
-    return x.cast(dtypes.float32).alu(Ops.COS).cast(x.dtype)
+    return _in_float32_or_wider(x, Ops.COS)
+
+def _in_float32_or_wider(x: UOp, op: Ops) -> UOp:
+    """``op`` on ``x``, float16/bfloat16 computed in float32 and rounded once."""
+    if x.dtype in (dtypes.float32, dtypes.float64): return x.alu(op)
+    return x.cast(dtypes.float32).alu(op).cast(x.dtype)
 
 def tan_uop(x: UOp) -> UOp:
     """tan x = sin x / cos x (codegen shares their range reduction: the same x builds the same nodes); an Ops.CUSTOM
     node carries the gradient 1 + tan**2, which the quotient's own gradient would give less accurately."""
-    sin = x.alu(Ops.SIN) if x.dtype in (dtypes.float32, dtypes.float64) else x.cast(dtypes.float32).alu(Ops.SIN).cast(x.dtype)
-    return UOp(Ops.CUSTOM, x.dtype, (sin / cos_uop(x), x), _tan_gradient)
+    return UOp(Ops.CUSTOM, x.dtype, (_in_float32_or_wider(x, Ops.SIN) / cos_uop(x), x), _tan_gradient)
 
 def _horner(x: "Tensor", coefficients: tuple[float, ...]) -> "Tensor":
     """c0 + c1*x + c2*x**2 + ... (coefficients lowest order first)."""

@@ -11,7 +11,7 @@ from fusegrad.helpers import USE_TC, TC_OPT, prod, getenv, cpu_count
 from fusegrad.uop.ops import UOp, Ops, AxisType, GroupOp
 from fusegrad.codegen.kernel import range_size, kernel_axes, ranges_in, loads_depending_on, address_stride
 from fusegrad.codegen.opt.actions import Opt, OptOps, KernelOptError, apply_opt, staged_loads
-from fusegrad.codegen.opt.tc import tensor_core_choices
+from fusegrad.codegen.opt.tc import tensor_core_choices, under_pad_gate
 from fusegrad.codegen.opt.gpu_heuristic import gpu_optimizations
 
 def _largest_divisor(size, options: tuple[int, ...]) -> int | None:
@@ -324,7 +324,7 @@ def _tensor_core_opts(ast: UOp, renderer) -> list[Opt]:
     row = next((r for r in reversed(axes) if r.arg[1] is not AxisType.REDUCE and r.arg[0] in a_ids - b_ids and
                 (m is None or r.arg[0] == m.arg[0])), None)
     # (b read along its rows, ``x @ w.T``: each lane a row apart, so a panel pays off from 8 row blocks)
-    loaded = b.src[1] if b.op is Ops.WHERE and b.src[2].op is Ops.CONST and b.src[2].arg == 0 else b   # (a padded load)
+    loaded = under_pad_gate(b)
     contiguous = loaded.op is Ops.LOAD and address_stride(loaded.src[0], n) == 1
     packed = _packed_tensor_core_tile(tiled, axes, row, column, renderer, 64 if contiguous else 8)
     # unpacked, such a b gathers every lane from another row: a few rows (bf16 8x768 @ (3072x768).T: 2.2 ms,

@@ -54,10 +54,13 @@ def _operands(value: UOp, tc: TensorCore, tc_opt: int) -> tuple[UOp, UOp] | None
         else: return None
     return factors[0], factors[1]
 
+def under_pad_gate(x: UOp) -> UOp:
+    """``x`` without the gate of a padded load (``valid.where(load, 0)``, how the scheduler pads an input)."""
+    return x.src[1] if x.op is Ops.WHERE and x.src[2].op is Ops.CONST and x.src[2].arg == 0 else x
+
 def _loaded(x: UOp) -> bool:
-    """A load, or a padded load (``valid.where(load, 0)``, how the scheduler pads an input)."""
-    if x.op is Ops.WHERE and x.src[2].op is Ops.CONST and x.src[2].arg == 0: x = x.src[1]
-    return x.op is Ops.LOAD
+    """A load, or a padded load."""
+    return under_pad_gate(x).op is Ops.LOAD
 
 def tensor_core_choices(ast: UOp, renderer, tc_opt: int) -> list[tuple[TensorCore, UOp, UOp, UOp, UOp, UOp | None, UOp]]:
     """Every way to run the kernel's reduce on a tensor core: (tc, reduce, a operand, b operand, n, m, k),
