@@ -172,7 +172,8 @@ class KernelBuilder:
             value = self.lower(node.src[0], src_idxs, src_valid)
             return gate.where(value, UOp.const(node.dtype, 0)) if gate is not None else value
         if op in GroupOp.Elementwise:
-            return UOp(op, node.dtype, tuple(self.lower(s, idxs, valid) for s in node.src), node.arg if op not in GroupOp.ALU else None)
+            # (an ALU's arg is a fact for codegen, e.g. the bound on a COS's angle: it travels into the kernel)
+            return UOp(op, node.dtype, tuple(self.lower(s, idxs, valid) for s in node.src), node.arg)
         if op is Ops.REDUCE_AXIS: return self.lower_reduce(node, idxs, valid)
         if op in (Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.CONTIGUOUS): return self.lower(node.src[0], idxs, valid)
         raise NotImplementedError(f"can't lower {op} into a kernel")
