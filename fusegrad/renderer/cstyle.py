@@ -466,6 +466,20 @@ class ClangRenderer(CStyleLanguage):
     header = "#include <math.h>\n#include <stdbool.h>\n#include <stdio.h>\n#include <stdlib.h>\n"
     def __init__(self, has_threads: bool = False): self.has_threads = has_threads
     def __reduce__(self): return self.__class__, (self.has_threads,)
+    def render_vectorize(self, state: RenderState, u: UOp) -> None:
+        """A vector of single lanes of at most two vectors of its own type (a transposing copy's shuffle network,
+        codegen/vectorize.transposed) is one ``__builtin_shufflevector`` (gcc 12+, clang): gcc turns that into one
+        permute, where a vector built lane by lane became an insert per lane."""
+        sources = list(dict.fromkeys(x.src[0] for x in u.src if x.op is Ops.GEP))
+        count = len(u.src)
+        if (len(sources) not in (1, 2) or count & (count - 1) or u.dtype.scalar() == dtypes.bool or
+                not all(x.op is Ops.GEP and len(x.arg) == 1 for x in u.src) or any(v.dtype != u.dtype for v in sources)):
+            return super().render_vectorize(state, u)
+        first, second = sources[0], sources[-1]
+        lanes = ", ".join(str(x.arg[0] + (count if x.src[0] is not first else 0)) for x in u.src)
+        value = f"__builtin_shufflevector({state.expr[first]}, {state.expr[second]}, {lanes})"
+        if named_vector(state, u): state.declare(self, u, value, "vec")
+        else: state.expr[u] = value
     def render_alu(self, u: UOp, s: list[str]) -> str:
         value = super().render_alu(u, s)
         # Every float16 op yields a half value (as in torch, and on the CUDA/OpenCL/LLVM/PYTHON backends). gcc

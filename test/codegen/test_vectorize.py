@@ -360,5 +360,30 @@ def test_pack_copy_transposes_in_register_blocks(device, k, lanes):
     panel_stores = [u for u in program.uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.DEFINE_REG and u.src[0].src[0].dtype.size == 32 * k]
     assert [u.dtype.count for u in weight_loads] == [lanes] * lanes
     assert [u.src[1].dtype.count for u in panel_stores] == [lanes] * lanes
-    if lanes > 1: assert all(u.src[1].op is Ops.VECTORIZE and {s.op for s in u.src[1].src} == {Ops.GEP} for u in panel_stores)
+    if lanes > 1:
+        assert all(u.src[1].op is Ops.VECTORIZE and {s.op for s in u.src[1].src} == {Ops.GEP} for u in panel_stores)
+        # regrouped by the perfect-shuffle network: V log2 V vectors, each of lanes from at most two vectors
+        shuffles = [u for u in program.uops if u.op is Ops.VECTORIZE and u.dtype.count == lanes and all(s.op is Ops.GEP for s in u.src)]
+        assert len(shuffles) == lanes * (lanes.bit_length() - 1)
+        assert all(len({s.src[0] for s in u.src}) <= 2 for u in shuffles)
     np.testing.assert_allclose(_run(item, PACKED_TILE, device), _run(item, [], device), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 4, 8, 16, 3, 6])
+def test_transposed_gives_the_columns(lanes):
+    """vectorize.transposed: column i's lane j is lane i of row j, from V log2 V two-vector shuffles for V a power of
+    two (and lane by lane otherwise). Evaluated on constant rows by following each GEP to its lane."""
+    from fusegrad.dtype import dtypes
+    from fusegrad.uop.ops import UOp
+    from fusegrad.codegen.vectorize import transposed
+    rows = [UOp(Ops.VECTORIZE, dtypes.float32.vec(lanes), tuple(UOp.const(dtypes.float32, 100 * j + i) for i in range(lanes)))
+            for j in range(lanes)]
+    def lane(u: UOp, i: int) -> float:
+        if u.op is Ops.GEP: return lane(u.src[0], u.arg[0])
+        return u.src[i].arg if u.src[i].op is Ops.CONST else lane(u.src[i], 0)
+    columns = transposed(rows)
+    assert [[lane(c, j) for j in range(lanes)] for c in columns] == [[100 * j + i for j in range(lanes)] for i in range(lanes)]
+    built = {u for c in columns for u in c.toposort if u.op is Ops.VECTORIZE and u not in rows}
+    network = lanes >= 2 and lanes & (lanes - 1) == 0
+    assert len(built) == (lanes * (lanes.bit_length() - 1) if network else lanes)
+    if network: assert all(len({s.src[0] for s in u.src}) <= 2 for u in built)

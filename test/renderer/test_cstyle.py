@@ -217,3 +217,30 @@ def test_predictive_commoning_is_off_only_in_kernels_with_a_staged_copy():
     import torch
     expected = torch.nn.functional.conv2d(torch.from_numpy(x.numpy()), torch.from_numpy(w.numpy())).numpy()
     np.testing.assert_allclose(x.conv2d(w).numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_lanes_of_two_vectors_render_as_one_shuffle(tmp_path):
+    """A VECTORIZE of single lanes of at most two vectors of its type is one __builtin_shufflevector (a transposing
+    copy's network); lanes of three vectors, or bools, stay a lane-by-lane vector. The shuffle's lane numbers count the
+    second vector's lanes from V on: checked by compiling and running the C."""
+    import ctypes, os, subprocess
+    f8 = dtypes.float32.vec(8)
+    params = [UOp(Ops.PARAM, dtypes.float32.ptr(8), (), i) for i in range(4)]
+    zero = UOp.const(dtypes.int32, 0)
+    a, b, c = (UOp(Ops.LOAD, f8, (UOp(Ops.INDEX, dtypes.float32.ptr(8), (p, zero)),)) for p in params[1:])
+    def gather(*picks): return UOp(Ops.VECTORIZE, f8, tuple(UOp(Ops.GEP, dtypes.float32, (v,), (i,)) for v, i in picks))
+    two = gather((a, 0), (b, 0), (a, 7), (b, 3), (b, 1), (a, 2), (a, 2), (b, 7))
+    three = gather((a, 0), (b, 0), (c, 0), (a, 1), (b, 1), (c, 1), (a, 2), (b, 2))
+    def kernel(value):
+        store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, dtypes.float32.ptr(8), (params[0], zero)), value))
+        uops = [u for u in store.toposort]
+        return ClangRenderer().render("k", uops)
+    assert "__builtin_shufflevector" in kernel(two) and "__builtin_shufflevector" not in kernel(three)
+    src = tmp_path / "k.c"
+    src.write_text(kernel(two))
+    subprocess.run([os.environ.get("CC", "cc"), "-shared", "-O2", "-fPIC", "-o", str(tmp_path / "k.so"), str(src)], check=True)
+    lib = ctypes.CDLL(str(tmp_path / "k.so"))
+    xa, xb = np.arange(8, dtype=np.float32), np.arange(8, dtype=np.float32) + 10
+    out, unused = np.zeros(8, np.float32), np.zeros(8, np.float32)
+    lib.k(*(v.ctypes.data_as(ctypes.c_void_p) for v in (out, xa, xb, unused)))
+    np.testing.assert_array_equal(out, [0, 10, 7, 13, 11, 2, 2, 17])
