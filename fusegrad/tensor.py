@@ -18,7 +18,8 @@ from fusegrad.device import Device, Buffer, MallocAllocator
 from fusegrad.schedule import create_schedule, ScheduleItem
 from fusegrad.schedule.tensor_rules import const_value   # (module level: _is_realized_uop runs on every realize)
 from fusegrad.buffers import new_buffer_uop, buffer_of, BUFFERS
-from fusegrad.engine.realize import run_schedule
+from fusegrad.engine.realize import run_schedule, capturing
+from fusegrad.uop.alu import threefry2x32
 from fusegrad.gradient import record_origins, split_reduce   # (module level: an import inside _apply_becomes cost ~1.4 us per realize)
 from fusegrad.mixins.processing import ProcessingMixin
 from fusegrad.mixins.functional import FunctionalMixin
@@ -897,17 +898,21 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """
         Tensor._seed, Tensor._device_seeds, Tensor._device_rng_counters = int(seed), {}, {}
     @staticmethod
+    def _rng_state(device: str) -> tuple["Tensor", "Tensor"]:
+        """The device's key (uint32 [2]) and draw counter (uint64 [1]), made at its first draw."""
+        if device not in Tensor._device_seeds:
+            stream = int.from_bytes(hashlib.sha256(len(Tensor._device_seeds).to_bytes(4, "big")).digest(), "big")
+            Tensor._device_seeds[device] = Tensor([stream & 0xFFFFFFFF, Tensor._seed & 0xFFFFFFFF], dtype=dtypes.uint32, device=device)
+            Tensor._device_rng_counters[device] = Tensor([0], dtype=dtypes.uint64, device=device)
+        return Tensor._device_seeds[device], Tensor._device_rng_counters[device]
+    @staticmethod
     def _next_counter(device: str, num: int) -> tuple["Tensor", "Tensor"]:
         """The device's key (uint32 [2]) and its counter before a draw of ``num`` uint32 words (a uint64
         [1]), advancing the counter. The increment is an assign that each draw's graph reads (the value
         before it is ``counter - num``), so it runs with the draw and TinyJit replays advance it too.
         (tinygrad keeps the counter as two uint32 words; one uint64 holds the same number and updates
         in place without reading its other half.)"""
-        if device not in Tensor._device_seeds:
-            stream = int.from_bytes(hashlib.sha256(len(Tensor._device_seeds).to_bytes(4, "big")).digest(), "big")
-            Tensor._device_seeds[device] = Tensor([stream & 0xFFFFFFFF, Tensor._seed & 0xFFFFFFFF], dtype=dtypes.uint32, device=device)
-            Tensor._device_rng_counters[device] = Tensor([0], dtype=dtypes.uint64, device=device)
-        counter = Tensor._device_rng_counters[device]
+        _, counter = Tensor._rng_state(device)
         counter.assign(counter + num)
         return Tensor._device_seeds[device], Tensor(counter.uop, requires_grad=False) - num
     @staticmethod
@@ -916,8 +921,10 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         the device's counter + start under its key. Computed now (two small kernels: the counter's update and the
         keys), so the draw's big graph reads a realized buffer and not the counter's chain of assigns: a lazy
         draw that read the chain was rewritten whenever an earlier draw was realized, and realizing 100 lazy
-        ``randn(128, 128)`` one after another took 7.3 s. TinyJit captures this kernel like any other, so replays
-        still advance the counter."""
+        ``randn(128, 128)`` one after another took 7.3 s. TinyJit captures these kernels like any other, so replays
+        still advance the counter. Outside a capture, on a device whose buffers are host memory, the host computes
+        the same keys instead (``_host_draw_keys``)."""
+        if not capturing and (host := Tensor._host_draw_keys(device, num, starts)) is not None: return host
         def keys() -> "Tensor":   # (its intermediate tensors are gone before the realize, which would update them)
             key, counter = Tensor._next_counter(device, num)
             pairs = []
@@ -927,6 +934,29 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
                 pairs.append(low.cat(high))
             return Tensor.stack(*pairs)
         return keys().realize()
+    @staticmethod
+    def _host_draw_keys(device: str, num: int, starts: tuple[int, ...]) -> "Tensor | None":
+        """``_draw_keys`` computed by the host, for a device whose buffers are host memory (CPU, LLVM, PYTHON), outside
+        TinyJit captures: the counter is read from its buffer, the keys are the same Threefry blocks on Python ints
+        (``alu.threefry2x32``) and the counter's buffer is written back advanced. Same keys, same counter, no kernel:
+        ~30 us where the two small kernels' graph, schedule and launch took 270-470 us per draw (more with lazy draws
+        pending, which every realize looks over). A capture takes the kernels (replays must advance the counter
+        themselves), and those replays write the buffer this reads. None (the kernels) when the state isn't in
+        plain host buffers (another device; a counter or key assigned lazily)."""
+        key, counter = Tensor._rng_state(device)
+        if counter.uop.op is not Ops.BUFFER or key.uop.op is not Ops.BUFFER: return None
+        key_buffer, counter_buffer = buffer_of(key.uop), buffer_of(counter.uop)
+        if not (isinstance(Device[device].allocator, MallocAllocator) and key_buffer.is_allocated() and counter_buffer.is_allocated()):
+            return None
+        key0, key1 = struct.unpack("<2I", key_buffer.as_buffer())
+        (value,) = struct.unpack("<Q", counter_buffer.as_buffer())
+        counter_buffer.copyin(memoryview(struct.pack("<Q", (value + num) % 2 ** 64)))
+        pairs = []
+        for start in starts:
+            block = (value + start) % 2 ** 64
+            low, high = threefry2x32(block & 0xFFFFFFFF, block >> 32, key0, key1, lambda v: v & 0xFFFFFFFF)
+            pairs.append([low, high])
+        return Tensor(pairs, dtype=dtypes.uint32, device=device)
     @staticmethod
     def _random_bits(count: int, device: str) -> "Tensor":
         """``count`` random uint32 words of the device's Threefry-2x32 stream (see above)."""

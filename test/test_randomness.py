@@ -116,18 +116,42 @@ def test_threefry_scalar_key_broadcasts_over_a_block():
     expected = [_threefry_reference(int(a), int(b), k0, k1) for a, b in zip(low, high)]
     assert list(zip(out0.tolist(), out1.tolist())) == expected
 
-def test_rand_kernel_counts():
-    """A draw runs two small kernels when it is made (the counter's update and the draw's keys) and one when it is
-    realized: randn's uniforms are not stored, and its normals are one kernel with the cipher run once per normal."""
+def test_rand_kernel_counts(monkeypatch):
+    """On the CPU a draw runs no kernel when it is made (the host computes its keys from the counter's buffer) and one
+    when it is realized: randn's uniforms are not stored, and its normals are one kernel with the cipher run once per
+    normal. Inside a TinyJit capture (simulated here) the keys come from two small kernels (the counter's update and
+    the keys), which replays run again."""
+    import fusegrad.tensor as tensor_module
     from helpers import count_kernels
     from fusegrad.helpers import GlobalCounters
     Tensor.manual_seed(10)
     Tensor.rand(4).realize()   # the device's key and counter exist from here on
-    for make in (lambda: Tensor.rand(16), lambda: Tensor.randn(512, 512)):
-        GlobalCounters.reset()
-        draw = make()
-        assert GlobalCounters.kernel_count == 2
-        assert count_kernels(draw) == 1
+    for capture, made in ((False, 0), (True, 2)):
+        monkeypatch.setattr(tensor_module, "capturing", [object()] if capture else [])
+        for make in (lambda: Tensor.rand(16), lambda: Tensor.randn(512, 512)):
+            GlobalCounters.reset()
+            draw = make()
+            assert GlobalCounters.kernel_count == made
+            assert count_kernels(draw) == 1
+
+def test_host_keys_are_the_kernels_keys(monkeypatch):
+    """The host's keys (CPU outside a capture) and the kernels' keys (a capture) are the same Threefry blocks of the
+    same counter: draws alternating between the two paths give the stream of draws that all take one path, and leave
+    the counter at the same count."""
+    import fusegrad.tensor as tensor_module
+    def stream(paths):
+        Tensor.manual_seed(21)
+        out = []
+        for capture, make in zip(paths, [lambda: Tensor.rand(5), lambda: Tensor.randn(3, 7), lambda: Tensor.rand(2, dtype=dtypes.float16),
+                                          lambda: Tensor.randint(9, low=0, high=1000), lambda: Tensor.rand(1)]):
+            monkeypatch.setattr(tensor_module, "capturing", [object()] if capture else [])
+            out.append(make().numpy().tolist())
+        monkeypatch.setattr(tensor_module, "capturing", [])
+        return out, Tensor._device_rng_counters[Tensor.empty(1).device].tolist()
+    host, kernels, mixed = stream([False] * 5), stream([True] * 5), stream([True, False, True, False, True])
+    assert host == kernels == mixed
+    # the counter counts uint32 words: rand 1 per float32 and 2 half floats per word, randn 2 per normal, randint 1 each
+    assert host[1] == [5 + 2 * 21 + 1 + 9 + 1]
 
 def test_pending_draws_are_not_rewritten_when_one_is_realized():
     """A lazy draw reads its keys from a buffer, not from the counter's chain of assigns: realizing one draw leaves
