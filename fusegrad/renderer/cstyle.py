@@ -413,6 +413,24 @@ static inline fg_f32x16 fg_wmma_bf16_16x1x2(fg_u16x2 a, fg_u16x16 b0, fg_u16x16 
 #endif
 """
 
+def shuffle_sources(u: UOp) -> tuple[UOp, UOp] | None:
+    """(first, second) when ``u`` is a VECTORIZE of a power-of-two count of single lanes of at most two vectors of its
+    own 32-bit type (second is first when there is one): what the C renderer writes as one ``FG_SHUFFLE``."""
+    if u.op is not Ops.VECTORIZE or u.dtype.scalar() not in (dtypes.float32, dtypes.int32, dtypes.uint32): return None
+    if u.dtype.count & (u.dtype.count - 1) or not all(x.op is Ops.GEP and len(x.arg) == 1 for x in u.src): return None
+    sources = list(dict.fromkeys(x.src[0] for x in u.src))
+    if len(sources) > 2 or any(v.dtype != u.dtype for v in sources): return None
+    return sources[0], sources[-1]
+
+# FG_SHUFFLE(a, b, int vector type, lanes...): lanes 0..n-1 are a's, n..2n-1 b's. clang (and gcc 12+) have
+# __builtin_shufflevector with the lanes as constants; gcc since 4.7 has __builtin_shuffle with them as a vector.
+SHUFFLE_MACRO = """#if defined(__clang__)
+#define FG_SHUFFLE(a, b, lanes_type, ...) __builtin_shufflevector((a), (b), __VA_ARGS__)
+#else
+#define FG_SHUFFLE(a, b, lanes_type, ...) __builtin_shuffle((a), (b), (lanes_type){__VA_ARGS__})
+#endif
+"""
+
 def half_conversion_macros(lane_counts: set[int]) -> str:
     """``FG_HALF_TO_FLOAT_<n>(x)`` and ``FG_FLOAT_TO_HALF_<n>(x)``: convert a vector of n halves to n floats and back
     (round to nearest even, as gcc's scalar conversions). With F16C (and AVX-512 for 16 lanes) one ``vcvtph2ps`` /
@@ -468,16 +486,13 @@ class ClangRenderer(CStyleLanguage):
     def __reduce__(self): return self.__class__, (self.has_threads,)
     def render_vectorize(self, state: RenderState, u: UOp) -> None:
         """A vector of single lanes of at most two vectors of its own type (a transposing copy's shuffle network,
-        codegen/vectorize.transposed) is one ``__builtin_shufflevector`` (gcc 12+, clang): gcc turns that into one
-        permute, where a vector built lane by lane became an insert per lane."""
-        sources = list(dict.fromkeys(x.src[0] for x in u.src if x.op is Ops.GEP))
-        count = len(u.src)
-        if (len(sources) not in (1, 2) or count & (count - 1) or u.dtype.scalar() == dtypes.bool or
-                not all(x.op is Ops.GEP and len(x.arg) == 1 for x in u.src) or any(v.dtype != u.dtype for v in sources)):
-            return super().render_vectorize(state, u)
-        first, second = sources[0], sources[-1]
-        lanes = ", ".join(str(x.arg[0] + (count if x.src[0] is not first else 0)) for x in u.src)
-        value = f"__builtin_shufflevector({state.expr[first]}, {state.expr[second]}, {lanes})"
+        codegen/vectorize.transposed) is one shuffle (``FG_SHUFFLE``): the compiler turns that into one permute, where
+        a vector built lane by lane became an insert per lane."""
+        if (sources := shuffle_sources(u)) is None: return super().render_vectorize(state, u)
+        first, second = sources
+        count = u.dtype.count
+        lanes = ",".join(str(x.arg[0] + (count if x.src[0] is not first else 0)) for x in u.src)
+        value = f"FG_SHUFFLE({state.expr[first]}, {state.expr[second]}, {self.render_dtype(dtypes.int32.vec(count))}, {lanes})"
         if named_vector(state, u): state.declare(self, u, value, "vec")
         else: state.expr[u] = value
     def render_alu(self, u: UOp, s: list[str]) -> str:
@@ -520,9 +535,10 @@ class ClangRenderer(CStyleLanguage):
             options.append("no-tree-loop-if-convert")
         if any(u.op is Ops.DEFINE_LOCAL for u in uops): options.append("no-predictive-commoning")
         attribute = self.gcc_optimize_attribute(options)
-        if not (half_lanes or attribute): return src
+        shuffles = SHUFFLE_MACRO if any(shuffle_sources(u) is not None for u in uops) else ""
+        if not (half_lanes or attribute or shuffles): return src
         at = src.index(f"{self.kernel_prefix}{name}(")
-        return src[:at] + half_conversion_macros(half_lanes) + attribute + src[at:]
+        return src[:at] + half_conversion_macros(half_lanes) + shuffles + attribute + src[at:]
 
     # ---------------------------------------------------------------- float16 and narrow integer vectors
     # (codegen/vectorize.py: half lanes compute, 16- and 8-bit integer lanes are loaded, stored and converted)
@@ -559,8 +575,10 @@ class ClangRenderer(CStyleLanguage):
         return super().render_vector_cast(dtype, x, src_dtype)
 
     def vector_typedefs(self, uops: list[UOp]) -> str:
-        # the float32 vectors half math widens to, the 16-bit vectors that 8-bit <-> 32-bit integer conversions pass through
+        # the float32 vectors half math widens to, the 16-bit vectors that 8-bit <-> 32-bit integer conversions pass
+        # through, the lane numbers of shuffles
         extra = {dtypes.float32.vec(u.dtype.count) for u in uops if u.dtype.count > 1 and u.dtype.scalar() == dtypes.float16}
+        extra |= {dtypes.int32.vec(u.dtype.count) for u in uops if shuffle_sources(u) is not None}
         for u in uops:
             if u.op is not Ops.CAST or u.dtype.count == 1: continue
             if 1 in (u.dtype.scalar().itemsize, u.src[0].dtype.scalar().itemsize):
