@@ -359,6 +359,49 @@ def _packed_tensor_core_tile(tiled: UOp, axes: list[UOp], row: UOp | None, colum
     except KernelOptError: return None
     return opts, tiled
 
+def _matmul_axes(globals_: list[UOp], reduces: list[UOp], loads: list[UOp]) -> tuple[UOp, UOp] | None:
+    """(row, column) of a plain matmul (an optional batch axis first): one reduce, two loads, one moving along the
+    row and the reduce, the other along the reduce and the column."""
+    if len(reduces) != 1 or len(loads) != 2 or len(globals_) not in (2, 3): return None
+    row, column = globals_[-2:]
+    if not all(isinstance(range_size(r), int) for r in (row, column, reduces[0])): return None
+    first, second = (frozenset(r for r in (row, column, reduces[0]) if r in ranges_in(ld.src[0])) for ld in loads)
+    return (row, column) if {first, second} == {frozenset((row, reduces[0])), frozenset((reduces[0], column))} else None
+
+def _padded_matmul_choices(ast: UOp, renderer, globals_: list[UOp], reduces: list[UOp], loads: list[UOp]) -> list | None:
+    """A matmul whose rows or columns no good tile divides is padded up to a size one does (PADTO: rows to a multiple
+    of 8, columns to one of two vectors or one), then tiled as usual; the extra rows and columns are computed from
+    clamped reads and never stored. Without it the tile was made of divisors: 1023 (3 x 11 x 31) got a 3 x 11 tile,
+    35-41 GFLOPS, and 999 x 1001 x 997 (997 is prime) none at all, 4 GFLOPS. Only where the padding adds at most an
+    eighth of the work on each axis; None where nothing needs padding (or it wouldn't pay)."""
+    if not renderer.vector_loops or (axes := _matmul_axes(globals_, reduces, loads)) is None: return None
+    lanes = float_lanes(renderer)
+    pads = []
+    for rng, multiples in zip(axes, ((8,), (2 * lanes, lanes))):
+        size = range_size(rng)
+        if size % multiples[-1] == 0: continue
+        amount = next((m for m in multiples if -(-size // m) * m <= size * 9 // 8), None)
+        if amount is None: return None
+        pads.append((rng, amount, OptOps.PADTO))
+    if not pads: return None
+    padded = ast
+    try:
+        for opt in _as_opts(kernel_axes(ast), pads): padded = apply_opt(padded, opt, renderer)
+    except KernelOptError: return None
+    # the padded kernel's choices name its ranges: map them back to this kernel's (same ids, new sizes)
+    original = {r.arg: r for r in kernel_axes(ast)}
+    new_axes = kernel_axes(padded)
+    new_loads = [ld for ld in dict.fromkeys(x for x in next(x for x in padded.toposort if x.op is Ops.REDUCE).src[0].toposort if x.op is Ops.LOAD)
+                 if any(r in ranges_in(ld.src[0]) for r in new_axes if r.arg[1] is AxisType.REDUCE)]
+    new_globals = [r for r in new_axes if r.arg[1] is not AxisType.REDUCE]
+    # a matmul's tiles only: the packed one, else the plain register tile (the gates PADTO adds aren't a conv's channels)
+    if not (choices := _packed_tile(padded, new_globals, new_loads, renderer) or []):
+        tile = _register_tile(new_globals, new_loads, renderer)
+        choices = [(rng, amount, OptOps.UPCAST) for rng, amount in tile]
+        choices += [(tile[0][0], tile[1][0], OptOps.SWAP)] if _columns_outside(new_globals, tile) else []
+    back = lambda x: original.get(x.arg, x) if isinstance(x, UOp) else x
+    return pads + [(back(rng), back(amount), op) for rng, amount, op in choices]
+
 def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
     """Defaults without search: the renderer's tensor core where one computes the reduce (bfloat16
     matmul on the CPU; ``TC=0`` turns that off), register tiles for reduces with several outputs (matmul; conv tiles
@@ -384,7 +427,7 @@ def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
         # variance's per-channel mean made a 32-row gathered tile: 5.4 ms, where partial sums take 0.9 ms)
         loads = [ld for ld in dict.fromkeys(x for x in reduce_nodes[0].src[0].toposort if x.op is Ops.LOAD)
                  if any(r in ranges_in(ld.src[0]) for r in reduces)]
-        choices = _reduce_choices(ast, renderer, globals_, reduces, loads)
+        choices = _padded_matmul_choices(ast, renderer, globals_, reduces, loads) or _reduce_choices(ast, renderer, globals_, reduces, loads)
     elif not reduce_nodes and globals_ and renderer.vector_loops and work >= 1 << 16 and \
             (vector := _elementwise_vector(ast, globals_[-1], float_lanes(renderer))):
         lanes, padded = vector
