@@ -49,23 +49,39 @@ def split_reduce(x: UOp, op: Ops, axes: tuple[int, ...], threshold: int | None =
     out_size = prod(s for i, s in enumerate(x.shape) if i not in axes)
     if threshold is None: threshold = getenv("REDUCEOP_SPLIT_THRESHOLD", 32768)
     if out_size == 0 or prod(x.shape) // out_size < threshold: return None
+    def most(axis: int) -> int: return min(256, 2 ** getenv("REDUCEOP_SPLIT_SIZE", 22) // out_size, x.shape[axis] // 4)
     for axis in sorted(axes, key=lambda a: -x.shape[a]):
         # (each partial sums at least 4 slices of the axis: partials of one or two slices, a conv weight gradient
         # over a batch of 32 or 64 split per image, wrote and re-read more than the split saved: 12.6 -> 14.1 ms)
-        for d in range(min(256, 2 ** getenv("REDUCEOP_SPLIT_SIZE", 22) // out_size, x.shape[axis] // 4), 7, -1):
-            if x.shape[axis] % d: continue
-            split = x.reshape(x.shape[:axis] + (d, x.shape[axis] // d) + x.shape[axis + 1:])
-            inner_axes = tuple(a + (a > axis) for a in axes if a != axis) + (axis + 1,)
-            partial = UOp(Ops.CONTIGUOUS, x.dtype, (split.reduce_axis(op, inner_axes),))
-            # the second kernel reduces the d partials as a (d, outputs) matrix whose outputs are one contiguous
-            # axis that vectors fill: with several output dims it stores that flat result (CONTIGUOUS), else the
-            # kernel would take the outputs' shape (a conv weight gradient's (128, 32, 32, 5, 5) partials took
-            # 5.3 ms to add, read down 5-wide columns; flat, 0.3 ms)
-            rows = partial.permute((axis,) + tuple(i for i in range(len(partial.shape)) if i != axis)).reshape((d, out_size))
-            summed = rows.reduce_axis(op, (0,))
-            if sum(1 for i, s in enumerate(x.shape) if i not in axes and s > 1) > 1: summed = UOp(Ops.CONTIGUOUS, x.dtype, (summed,))
-            return summed.reshape(tuple(1 if i in axes else s for i, s in enumerate(x.shape)))
-    return None
+        for d in range(most(axis), 7, -1):
+            if x.shape[axis] % d == 0: return _split_reduce_at(x, op, axes, axis, d, out_size)
+    # no axis has a divisor (8191 is prime: an 8191 x 8191 x.sum() ran as one serial loop, 56 ms): the longest axis
+    # padded with the reduce's identity up to a multiple of d, where that adds at most an eighth of it
+    axis = max(axes, key=lambda a: x.shape[a])
+    d = next((d for d in range(most(axis), 7, -1) if -x.shape[axis] % d <= x.shape[axis] // 8), None)
+    if d is None or isinstance(x.device, tuple): return None
+    padding = -x.shape[axis] % d
+    from fusegrad.codegen.lowering import identity_value
+    pads = tuple((0, padding) if i == axis else (0, 0) for i in range(len(x.shape)))
+    padded, identity = x.pad(pads), identity_value(op, x.dtype)
+    if identity != 0:
+        inside = UOp.const(dtypes.bool, True, x.device, x.shape).pad(pads)
+        padded = inside.where(padded, UOp.const(x.dtype, identity, x.device, padded.shape))
+    return _split_reduce_at(padded, op, axes, axis, d, out_size)
+
+def _split_reduce_at(x: UOp, op: Ops, axes: tuple[int, ...], axis: int, d: int, out_size: int) -> UOp:
+    """``split_reduce``'s two kernels, splitting ``axis`` into (d, n / d)."""
+    split = x.reshape(x.shape[:axis] + (d, x.shape[axis] // d) + x.shape[axis + 1:])
+    inner_axes = tuple(a + (a > axis) for a in axes if a != axis) + (axis + 1,)
+    partial = UOp(Ops.CONTIGUOUS, x.dtype, (split.reduce_axis(op, inner_axes),))
+    # the second kernel reduces the d partials as a (d, outputs) matrix whose outputs are one contiguous
+    # axis that vectors fill: with several output dims it stores that flat result (CONTIGUOUS), else the
+    # kernel would take the outputs' shape (a conv weight gradient's (128, 32, 32, 5, 5) partials took
+    # 5.3 ms to add, read down 5-wide columns; flat, 0.3 ms)
+    rows = partial.permute((axis,) + tuple(i for i in range(len(partial.shape)) if i != axis)).reshape((d, out_size))
+    summed = rows.reduce_axis(op, (0,))
+    if sum(1 for i, s in enumerate(x.shape) if i not in axes and s > 1) > 1: summed = UOp(Ops.CONTIGUOUS, x.dtype, (summed,))
+    return summed.reshape(tuple(1 if i in axes else s for i, s in enumerate(x.shape)))
 
 def _reduce_to_shape(grad: UOp, shape: tuple) -> UOp:
     """Sum ``grad`` over the axes that were broadcast (expanded) to reach its shape (in two kernels when the

@@ -343,3 +343,21 @@ def test_conv_weight_gradient_over_a_big_batch_is_split(rng, split):
     tw = torch.tensor(wn, requires_grad=True)
     torch.nn.functional.conv2d(torch.tensor(xn), tw).backward(torch.tensor(gn))
     _close(w.grad, tw.grad, tol=1e-3)
+
+@pytest.mark.parametrize("shape,axis", [((40009,), None), ((3, 40009), 1), ((191, 191), None)])
+def test_a_big_reduce_over_a_prime_axis_is_split_too(rng, shape, axis):
+    """No axis has a divisor to split by: the longest one is padded with the reduce's
+    identity up to a multiple of the split (0 for sums, the dtype's lowest value for max, 1 for prod), and the reduce
+    still runs as partials plus their reduce, two kernels (before: one serial loop; an 8191 x 8191 sum 56 -> 8 ms).
+    (40009 and 191 are prime.)"""
+    from helpers import count_kernels
+    xn = _randn(rng, *shape)
+    ints = (xn * 100).astype(np.int32)
+    # (a float32 product of 40009 factors carries ~40009 roundings: a looser tolerance against float64)
+    for build, expected, rtol in [(lambda: Tensor(xn).sum(axis), xn.astype(np.float64).sum(axis), 1e-4),
+                                  (lambda: (-Tensor(xn).abs() - 1).max(axis), (-np.abs(xn) - 1).max(axis), 0),
+                                  (lambda: (-Tensor(xn).abs() - 1).min(axis), (-np.abs(xn) - 1).min(axis), 0),
+                                  (lambda: (Tensor(xn) * 1e-4 + 1).prod(axis), (xn.astype(np.float64) * 1e-4 + 1).prod(axis), 3e-3),
+                                  (lambda: (-Tensor(ints).abs() - 5).max(axis), (-np.abs(ints) - 5).max(axis), 0)]:
+        assert count_kernels(build()) == 2
+        np.testing.assert_allclose(build().numpy(), expected, rtol=rtol)

@@ -170,7 +170,11 @@ def _bounds_under_gate(offset: UOp, gate: UOp) -> tuple[float, float] | None:
     high = low
     for sub, sub_low, sub_high in _gate_intervals(gate).values():
         ratios = {terms.get(node, 0) / k for node, k in sub.items()}
-        if len(ratios) != 1 or (m := ratios.pop()) == 0 or m != int(m) or math.isinf(sub_low) or math.isinf(sub_high): continue
+        if len(ratios) != 1 or (m := ratios.pop()) == 0 or m != int(m): continue
+        # a one-sided clause (a padding only at the end: ``row < 8191``) keeps the sum's own bound on the other side
+        sub_low = max(sub_low, sum(min(k * node.vmin, k * node.vmax) for node, k in sub.items()))
+        sub_high = min(sub_high, sum(max(k * node.vmin, k * node.vmax) for node, k in sub.items()))
+        if math.isinf(sub_low) or math.isinf(sub_high): continue
         for node, k in sub.items(): terms[node] -= int(m) * k
         low, high = low + min(m * sub_low, m * sub_high), high + max(m * sub_low, m * sub_high)
     for node, k in terms.items():

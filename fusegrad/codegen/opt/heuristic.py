@@ -186,6 +186,17 @@ def _column_sums(column: UOp, reduce: UOp, loads: list[UOp], lanes: int) -> int 
     if all(address_stride(ld.src[0], reduce) in (0, 1) for ld in loads_depending_on(loads, reduce)): return None
     return _largest_divisor(range_size(column), widths(4 * lanes))
 
+def _padded_column_sums(column: UOp, reduce: UOp, loads: list[UOp], lanes: int) -> int | None:
+    """Outputs per vector for a reduce down the columns (``_column_sums``) whose column count no vector width divides
+    (x.sum(0) of a 4095 x 4097 matrix: partial sums read down the columns, 20 ms): the columns padded to whole
+    vectors (masked lanes), where that adds at most an eighth of them."""
+    size = range_size(column)
+    if not isinstance(size, int) or size < 8 * lanes: return None
+    along = loads_depending_on(loads, column)
+    if not along or any(address_stride(ld.src[0], column) != 1 for ld in along): return None
+    if all(address_stride(ld.src[0], reduce) in (0, 1) for ld in loads_depending_on(loads, reduce)): return None
+    return next(w for w in widths(4 * lanes) if -(-size // w) * w <= size * 9 // 8)
+
 def _pooling_row_vector(globals_: list[UOp], reduces: list[UOp], loads: list[UOp], lanes: int) -> int | None:
     """Lanes for a pooling window's short output row: a small reduce (at most 4x4) over a row of 3 to 16
     outputs that no vector width divides (a 2x2 max-pool of 20-wide rows has 10) is padded to one vector
@@ -289,11 +300,18 @@ def _reduce_choices(ast: UOp, renderer, globals_: list[UOp], reduces: list[UOp],
         return choices + ([(tile[0][0], tile[1][0], OptOps.SWAP)] if _columns_outside(globals_, tile) else [])
     if len(globals_) == 1 and (columns := _column_sums(globals_[0], reduces[-1], loads, float_lanes(renderer))):
         return [(globals_[0], columns, OptOps.UPCAST)]
+    if len(globals_) == 1 and lanes and (columns := _padded_column_sums(globals_[0], reduces[-1], loads, float_lanes(renderer))):
+        return [(globals_[0], columns, OptOps.PADTO), (globals_[0], columns, OptOps.UPCAST)]
     # a long reduction: partial sums in lanes (C can't reorder float adds into vectors itself), on the
-    # innermost reduce axis with a vector-width size (else the last one's largest small divisor)
+    # innermost reduce axis with a vector-width size; else that axis padded to a whole vector when it is long (a
+    # 4097-long row: no lanes at all, serial adds, 7 ms for 4095 rows; padded, 1.9), else its largest small divisor
     if all(isinstance(range_size(r), int) for r in reduces) and prod(range_size(r) for r in reduces) >= 64:
         partial_sums = widths(float_lanes(renderer))
-        lane_axis = next((r for r in reversed(reduces) if _largest_divisor(range_size(r), partial_sums)), reduces[-1])
+        lane_axis = next((r for r in reversed(reduces) if _largest_divisor(range_size(r), partial_sums)), None)
+        # (the innermost axis is the contiguous one: lanes along an outer one would gather)
+        if lane_axis is not reduces[-1] and lanes and range_size(reduces[-1]) >= 8 * partial_sums[0]:
+            return [(reduces[-1], partial_sums[0], OptOps.PADTO), (reduces[-1], partial_sums[0], OptOps.UNROLL)]
+        if lane_axis is None: lane_axis = reduces[-1]
         if (amount := _tile_amount(range_size(lane_axis), partial_sums, partial_sums[0])) is not None and amount >= 4:
             return [(lane_axis, amount, OptOps.UNROLL)]
     return []
