@@ -20,6 +20,9 @@
 5. bf16: bfloat16 N×N @ N×N (float32 sums, bfloat16 result) — fusegrad's default (the CPU tensor
    core: AVX512-BF16 ``vdpbf16ps`` through OptOps.TC), fusegrad with TC=0 (emulated bfloat16 in
    float32 vector code), PyTorch's bfloat16 matmul. GFLOPS and ratios vs PyTorch.
+6. odd: cliffs — matmuls, sums and convs whose sizes no tile or vector divides (1023, primes like 997
+   and 8191, 63/65 channels) next to their round neighbours, end to end (``.realize()`` with its Python),
+   vs PyTorch and numpy.
 
 Every measurement runs in its own child process (see bench/_benchutil.py). Medians; no
 assertions on timings. See bench/README.md.
@@ -31,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _benchutil import (run_sections, ChildRunner, child_main, device_sync, fmt, fusegrad_kernel_time, import_framework, import_torch, median_time, print_header,
                         print_table, ratio, report_load_after, status)
 
-SECTIONS = ["matmul", "elementwise", "mnist", "conv", "bf16"]
+SECTIONS = ["matmul", "elementwise", "mnist", "conv", "bf16", "odd"]
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -241,7 +244,48 @@ def task_bf16(t: dict) -> dict:
         kernel, kernels = fusegrad_kernel_time(lambda: a @ b, reps)
     return {"t": kernel, "err": err, "kernels": kernels}
 
-TASKS = {"matmul": task_matmul, "elementwise": task_elementwise, "mnist": task_mnist, "conv": task_conv, "bf16": task_bf16}
+# (kind, shape): a round shape first, then odd ones of about the same work
+ODD_SHAPES = [("matmul", (1024, 1024, 1024)), ("matmul", (1023, 1023, 1023)), ("matmul", (999, 1001, 997)),
+              ("matmul", (4, 336, 555, 784)), ("matmul", (4, 333, 555, 777)),
+              ("sum", ((4096, 4096), 1)), ("sum", ((4095, 4097), 1)), ("sum", ((4096, 4096), 0)), ("sum", ((4095, 4097), 0)),
+              ("sum", ((8192, 8192), None)), ("sum", ((8191, 8191), None)),
+              ("conv", (32, 64, 64, 32, 3, 1)), ("conv", (32, 63, 65, 31, 3, 1)), ("conv", (4, 256, 256, 14, 1, 0)), ("conv", (4, 255, 257, 14, 1, 0))]
+
+def _odd_label(kind: str, shape) -> str:
+    if kind == "matmul": return ("x".join(map(str, shape[:-3])) + " batch of " if len(shape) > 3 else "") + "{}x{} @ {}x{}".format(shape[-3], shape[-2], shape[-2], shape[-1])
+    if kind == "sum": return f"{'x'.join(map(str, shape[0]))}.sum({shape[1]})"
+    b, cin, cout, size, k, pad = shape
+    return f"conv {b}x{cin}x{size}x{size} -> {cout} k{k} p{pad}"
+
+def task_odd(t: dict) -> dict:
+    """Seconds per shape of ODD_SHAPES for one framework (numpy: no conv)."""
+    fw_name, reps = t["framework"], t["reps"]
+    times = {}
+    if fw_name == "torch": torch = import_torch(t["threads"])
+    else: fw, Tensor, TinyJit, GC, *_rest, Device = import_framework(fw_name) if fw_name != "numpy" else (None,) * 8
+    for kind, shape in ODD_SHAPES:
+        if kind == "matmul": arrays = _inputs([shape[:-2] + (shape[-3], shape[-2]), shape[:-3] + (shape[-2], shape[-1])])
+        elif kind == "sum": arrays = _inputs([shape[0]])
+        else:
+            b, cin, cout, size, k, pad = shape
+            arrays = _inputs([(b, cin, size, size), (cout, cin, k, k)])
+        if fw_name == "numpy":
+            if kind == "conv": continue
+            run = (lambda a=arrays: a[0] @ a[1]) if kind == "matmul" else (lambda a=arrays, axis=shape[1]: a[0].sum(axis))
+        elif fw_name == "torch":
+            ts = [torch.from_numpy(a) for a in arrays]
+            if kind == "matmul": run = lambda ts=ts: ts[0] @ ts[1]
+            elif kind == "sum": run = (lambda ts=ts, axis=shape[1]: ts[0].sum(axis)) if shape[1] is not None else (lambda ts=ts: ts[0].sum())
+            else: run = lambda ts=ts, pad=shape[5]: torch.nn.functional.conv2d(ts[0], ts[1], padding=pad)
+        else:
+            ts = [Tensor(a).realize() for a in arrays]
+            if kind == "matmul": run = lambda ts=ts: (ts[0] @ ts[1]).realize()
+            elif kind == "sum": run = lambda ts=ts, axis=shape[1]: ts[0].sum(axis).realize()
+            else: run = lambda ts=ts, pad=shape[5]: ts[0].conv2d(ts[1], padding=pad).realize()
+        times[_odd_label(kind, shape)] = median_time(run, reps, warmup=2)
+    return {"times": times}
+
+TASKS = {"matmul": task_matmul, "elementwise": task_elementwise, "mnist": task_mnist, "conv": task_conv, "bf16": task_bf16, "odd": task_odd}
 
 # ================================================================ parent
 
@@ -363,6 +407,23 @@ def section_bf16(args, runner: ChildRunner) -> None:
     notes = ["inputs are exact bfloat16 values; the result is bfloat16 (float32 sums); err = max |x - float64 ref| ÷ max |ref|",
              "'÷ torch' = torch time ÷ this time (>1: faster than torch)"]
     print_table("5. matmul bfloat16", ["N: peer", "median ms", "GFLOPS", "÷ torch", "err"], rows, notes + errors)
+
+def section_odd(args, runner: ChildRunner) -> None:
+    base = {"task": "odd", "reps": args.reps}
+    results = {name: runner.run(base, name) for name in ("fusegrad", "torch", "numpy") if name in args.peers}
+    errors, rows = [], []
+    for kind, shape in ODD_SHAPES:
+        label = _odd_label(kind, shape)
+        row = [label]
+        for name in ("fusegrad", "torch", "numpy"):
+            r = results.get(name)
+            row.append(fmt(r["times"][label], 1e3, 2) if r and r["ok"] and label in r["times"] else ("-" if r is None or r["ok"] else status(r, errors, name)))
+        fg, th = results.get("fusegrad"), results.get("torch")
+        row.append(ratio(th["times"][label], fg["times"][label]) if fg and th and fg["ok"] and th["ok"] else "-")
+        rows.append(row)
+    notes = ["end to end medians (fusegrad: build, schedule and run of a realize; inputs realized before)",
+             "'÷ fusegrad' = torch time ÷ fusegrad time (>1: fusegrad faster); compare each odd row with the round one above it"]
+    print_table("6. odd shapes (cliffs)", ["op", "fusegrad ms", "torch ms", "numpy ms", "÷ fusegrad"], rows, notes + errors)
 
 def main() -> None:
     sections = {name[len("section_"):]: fn for name, fn in globals().items() if name.startswith("section_")}

@@ -386,20 +386,35 @@ def _matmul_axes(globals_: list[UOp], reduces: list[UOp], loads: list[UOp]) -> t
     first, second = (frozenset(r for r in (row, column, reduces[0]) if r in ranges_in(ld.src[0])) for ld in loads)
     return (row, column) if {first, second} == {frozenset((row, reduces[0])), frozenset((reduces[0], column))} else None
 
+def _conv_axes(globals_: list[UOp], loads: list[UOp], lanes: int) -> list[tuple[UOp, tuple[int, ...]]] | None:
+    """The axes of a conv-like register tile that odd sizes leave poor, with the multiples to pad them to: the output
+    channels (the tile's rows or a channel tile's vector: 16, else 8) and the image row (the tile's column: 16).
+    None for a kernel that isn't tiled that way."""
+    depends = {g: loads_depending_on(loads, g) for g in globals_ if isinstance(range_size(g), int)}
+    column = next((g for g in reversed(globals_) if g in depends and depends[g] and frozenset(loads) - depends[g]), None)
+    if column is None: return None
+    rows = [g for g in reversed(globals_) if g in depends and g is not column and not (depends[g] & depends[column])]
+    return ([(rows[0], (lanes, 8))] if rows else []) + [(column, (lanes,))]
+
 def _padded_matmul_choices(ast: UOp, renderer, globals_: list[UOp], reduces: list[UOp], loads: list[UOp]) -> list | None:
     """A matmul whose rows or columns no good tile divides is padded up to a size one does (PADTO: rows to a multiple
     of 8, columns to one of two vectors or one), then tiled as usual; the extra rows and columns are computed from
     clamped reads and never stored. Without it the tile was made of divisors: 1023 (3 x 11 x 31) got a 3 x 11 tile,
     35-41 GFLOPS, and 999 x 1001 x 997 (997 is prime) none at all, 4 GFLOPS. Only where the padding adds at most an
     eighth of the work on each axis; None where nothing needs padding (or it wouldn't pay)."""
-    if not renderer.vector_loops or (axes := _matmul_axes(globals_, reduces, loads)) is None: return None
+    if not renderer.vector_loops or len(globals_) < 2 or len(loads) < 2: return None
     lanes = float_lanes(renderer)
+    if (matmul := _matmul_axes(globals_, reduces, loads)) is not None: candidates = list(zip(matmul, ((8,), (2 * lanes, lanes))))
+    elif len(globals_) == 4 and (conv := _conv_axes(globals_, loads, lanes)) is not None: candidates = conv
+    else: return None
     pads = []
-    for rng, multiples in zip(axes, ((8,), (2 * lanes, lanes))):
+    for rng, multiples in candidates:
         size = range_size(rng)
-        if size % multiples[-1] == 0: continue
+        if not isinstance(size, int) or size % multiples[-1] == 0: continue
         amount = next((m for m in multiples if -(-size // m) * m <= size * 9 // 8), None)
-        if amount is None: return None
+        if amount is None:
+            if matmul is not None: return None
+            continue
         pads.append((rng, amount, OptOps.PADTO))
     if not pads: return None
     padded = ast
@@ -412,8 +427,9 @@ def _padded_matmul_choices(ast: UOp, renderer, globals_: list[UOp], reduces: lis
     new_loads = [ld for ld in dict.fromkeys(x for x in next(x for x in padded.toposort if x.op is Ops.REDUCE).src[0].toposort if x.op is Ops.LOAD)
                  if any(r in ranges_in(ld.src[0]) for r in new_axes if r.arg[1] is AxisType.REDUCE)]
     new_globals = [r for r in new_axes if r.arg[1] is not AxisType.REDUCE]
+    if matmul is None: choices = _reduce_choices(padded, renderer, new_globals, [r for r in new_axes if r.arg[1] is AxisType.REDUCE], new_loads)
     # a matmul's tiles only: the packed one, else the plain register tile (the gates PADTO adds aren't a conv's channels)
-    if not (choices := _packed_tile(padded, new_globals, new_loads, renderer) or []):
+    elif not (choices := _packed_tile(padded, new_globals, new_loads, renderer) or []):
         tile = _register_tile(new_globals, new_loads, renderer)
         choices = [(rng, amount, OptOps.UPCAST) for rng, amount in tile]
         choices += [(tile[0][0], tile[1][0], OptOps.SWAP)] if _columns_outside(new_globals, tile) else []
