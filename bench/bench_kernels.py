@@ -264,7 +264,7 @@ def task_odd(t: dict) -> dict:
     if fw_name == "torch": torch = import_torch(t["threads"])
     else: fw, Tensor, TinyJit, GC, *_rest, Device = import_framework(fw_name) if fw_name != "numpy" else (None,) * 8
     for kind, shape in ODD_SHAPES:
-        if kind == "matmul": arrays = _inputs([shape[:-2] + (shape[-3], shape[-2]), shape[:-3] + (shape[-2], shape[-1])])
+        if kind == "matmul": arrays = _inputs([shape[:-3] + (shape[-3], shape[-2]), shape[:-3] + (shape[-2], shape[-1])])
         elif kind == "sum": arrays = _inputs([shape[0]])
         else:
             b, cin, cout, size, k, pad = shape

@@ -948,9 +948,9 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         key_buffer, counter_buffer = buffer_of(key.uop), buffer_of(counter.uop)
         if not (isinstance(Device[device].allocator, MallocAllocator) and key_buffer.is_allocated() and counter_buffer.is_allocated()):
             return None
-        key0, key1 = struct.unpack("<2I", key_buffer.as_buffer())
-        (value,) = struct.unpack("<Q", counter_buffer.as_buffer())
-        counter_buffer.copyin(memoryview(struct.pack("<Q", (value + num) % 2 ** 64)))
+        key0, key1 = struct.unpack("=2I", key_buffer.as_buffer())
+        (value,) = struct.unpack("=Q", counter_buffer.as_buffer())
+        counter_buffer.copyin(memoryview(struct.pack("=Q", (value + num) % 2 ** 64)))
         pairs = []
         for start in starts:
             block = (value + start) % 2 ** 64

@@ -305,7 +305,7 @@ def _transpose_block(end: UOp, outer: UOp, inner: UOp, lanes: int, src_stride: i
 
 def _two_source_shuffle(a: tuple[UOp, list], b: tuple[UOp, list], wanted: list) -> tuple[UOp, list]:
     """A vector of the lanes ``wanted`` (labels) taken from the labelled vectors ``a`` and ``b``: a VECTORIZE of GEPs
-    of two vectors, which the C renderer writes as one ``__builtin_shufflevector`` (one permute instruction)."""
+    of two vectors, which the C renderer writes as one shuffle (``FG_SHUFFLE``: one permute instruction)."""
     where = {label: (vector, lane) for vector, labels in (a, b) for lane, label in enumerate(labels)}
     lanes = tuple(UOp(Ops.GEP, a[0].dtype.scalar(), (where[label][0],), (where[label][1],)) for label in wanted)
     return UOp(Ops.VECTORIZE, a[0].dtype, lanes), wanted

@@ -396,12 +396,13 @@ def _conv_axes(globals_: list[UOp], loads: list[UOp], lanes: int) -> list[tuple[
     rows = [g for g in reversed(globals_) if g in depends and g is not column and not (depends[g] & depends[column])]
     return ([(rows[0], (lanes, 8))] if rows else []) + [(column, (lanes,))]
 
-def _padded_matmul_choices(ast: UOp, renderer, globals_: list[UOp], reduces: list[UOp], loads: list[UOp]) -> list | None:
-    """A matmul whose rows or columns no good tile divides is padded up to a size one does (PADTO: rows to a multiple
-    of 8, columns to one of two vectors or one), then tiled as usual; the extra rows and columns are computed from
-    clamped reads and never stored. Without it the tile was made of divisors: 1023 (3 x 11 x 31) got a 3 x 11 tile,
-    35-41 GFLOPS, and 999 x 1001 x 997 (997 is prime) none at all, 4 GFLOPS. Only where the padding adds at most an
-    eighth of the work on each axis; None where nothing needs padding (or it wouldn't pay)."""
+def _padded_tile_choices(ast: UOp, renderer, globals_: list[UOp], reduces: list[UOp], loads: list[UOp]) -> list | None:
+    """A matmul or conv whose tile axes no good tile divides is padded up to sizes one does (PADTO: a matmul's rows to
+    a multiple of 8 and columns to one of two vectors or one, a conv's output channels and image row as
+    ``_conv_axes`` says), then tiled as usual; the padding's loads read 0 (gated) and its stores are masked. Without it
+    the tile was made of divisors: 1023 (3 x 11 x 31) got a 3 x 11 tile, 35-41 GFLOPS, and 999 x 1001 x 997 (997 is
+    prime) none at all, 4 GFLOPS. Only where the padding adds at most an eighth of an axis; None where nothing needs
+    padding (or it wouldn't pay)."""
     if not renderer.vector_loops or len(globals_) < 2 or len(loads) < 2: return None
     lanes = float_lanes(renderer)
     if (matmul := _matmul_axes(globals_, reduces, loads)) is not None: candidates = list(zip(matmul, ((8,), (2 * lanes, lanes))))
@@ -461,7 +462,7 @@ def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
         # variance's per-channel mean made a 32-row gathered tile: 5.4 ms, where partial sums take 0.9 ms)
         loads = [ld for ld in dict.fromkeys(x for x in reduce_nodes[0].src[0].toposort if x.op is Ops.LOAD)
                  if any(r in ranges_in(ld.src[0]) for r in reduces)]
-        choices = _padded_matmul_choices(ast, renderer, globals_, reduces, loads) or _reduce_choices(ast, renderer, globals_, reduces, loads)
+        choices = _padded_tile_choices(ast, renderer, globals_, reduces, loads) or _reduce_choices(ast, renderer, globals_, reduces, loads)
     elif not reduce_nodes and globals_ and renderer.vector_loops and work >= 1 << 16 and \
             (vector := _elementwise_vector(ast, globals_[-1], float_lanes(renderer))):
         lanes, padded = vector
