@@ -46,6 +46,15 @@ def _column_amount(size, lanes: int) -> int | None:
     if size <= lanes // 2: return size
     return _tile_amount(size, (), min(lanes, size // 2)) or size
 
+def _tile_axes(globals_: list[UOp], loads: list[UOp]) -> tuple[dict[UOp, frozenset], UOp | None, list[UOp]]:
+    """(each constant-size output axis's loads, the column, the row candidates) of a register tile, as
+    ``_register_tile`` describes them: the column is the innermost output axis that some load doesn't depend on, a row
+    one that none of the column's loads depend on."""
+    depends = {g: loads_depending_on(loads, g) for g in globals_ if isinstance(range_size(g), int)}
+    column = next((g for g in reversed(globals_) if g in depends and depends[g] and frozenset(loads) - depends[g]), None)
+    rows = [] if column is None else [g for g in reversed(globals_) if g in depends and g is not column and not (depends[g] & depends[column])]
+    return depends, column, rows
+
 def _register_tile(globals_: list[UOp], loads: list[UOp], renderer) -> list[tuple[UOp, int]]:
     """Pick the axes of a register tile for a reduce that reads several buffers (matmul, conv and
     their gradients): (axis, amount) pairs, the innermost (vector) axis last.
@@ -62,8 +71,7 @@ def _register_tile(globals_: list[UOp], loads: list[UOp], renderer) -> list[tupl
     column is a multiple of 8 lanes, about 100-160 scalars otherwise. gcc unrolls a tile loop into registers only up to
     16 iterations, so odd column sizes stay at or below 16; 32 columns are two AVX-512 registers."""
     lanes = float_lanes(renderer)
-    depends = {g: loads_depending_on(loads, g) for g in globals_ if isinstance(range_size(g), int)}
-    column = next((g for g in reversed(globals_) if g in depends and depends[g] and frozenset(loads) - depends[g]), None)
+    depends, column, rows = _tile_axes(globals_, loads)
     if column is None or (column_amount := _column_amount(range_size(column), lanes)) is None: return []
     # about ``renderer.vector_registers`` (16) vector registers of accumulators (rows x neighbour x vectors per column): 8 rows of a
     # 32-wide column, 16 of a 16- or 8-wide one (8 x 2 neighbours: 16 rows x 2 spilled, 7.1 -> 2.7 ms)
@@ -81,7 +89,6 @@ def _register_tile(globals_: list[UOp], loads: list[UOp], renderer) -> list[tupl
             and amount <= budget // 4:
         budget //= amount
     else: neighbour = None
-    rows = [g for g in reversed(globals_) if g in depends and g is not column and not (depends[g] & depends[column])]
     row_options = widths(lanes) if column_amount % (lanes // 2) == 0 else widths(lanes // 2)
     if rows:
         size = range_size(rows[0])
@@ -176,26 +183,25 @@ def _elementwise_vector(ast: UOp, innermost: UOp, lanes: int) -> tuple[int, bool
     if isinstance(range_size(innermost), int) and 2 < range_size(innermost) <= lanes: return _one_vector(range_size(innermost), lanes), True
     return None
 
-def _column_sums(column: UOp, reduce: UOp, loads: list[UOp], lanes: int) -> int | None:
-    """Outputs per vector for a reduce down the columns of a row-major matrix (``v @ A``, ``x.sum(0)``):
-    the loads move contiguously along the output axis and with a stride along the reduce, so 64 outputs
-    at a time read a row's piece as four vectors, where partial sums along the reduce would walk down
-    columns (4096x4096 ``v @ A`` kernel: 72 ms -> 2.4 ms; 32 outputs: 4.1 ms; numpy 1.6-3.4 ms)."""
+def _reads_along_rows(column: UOp, reduce: UOp, loads: list[UOp]) -> bool:
+    """Is this a reduce down the columns of a row-major matrix (``v @ A``, ``x.sum(0)``): loads contiguous along the
+    output axis and strided along the reduce?"""
     along = loads_depending_on(loads, column)
-    if not along or any(address_stride(ld.src[0], column) != 1 for ld in along): return None
-    if all(address_stride(ld.src[0], reduce) in (0, 1) for ld in loads_depending_on(loads, reduce)): return None
-    return _largest_divisor(range_size(column), widths(4 * lanes))
+    if not along or any(address_stride(ld.src[0], column) != 1 for ld in along): return False
+    return not all(address_stride(ld.src[0], reduce) in (0, 1) for ld in loads_depending_on(loads, reduce))
 
-def _padded_column_sums(column: UOp, reduce: UOp, loads: list[UOp], lanes: int) -> int | None:
-    """Outputs per vector for a reduce down the columns (``_column_sums``) whose column count no vector width divides
-    (x.sum(0) of a 4095 x 4097 matrix: partial sums read down the columns, 20 ms): the columns padded to whole
-    vectors (masked lanes), where that adds at most an eighth of them."""
+def _column_sums(column: UOp, reduce: UOp, loads: list[UOp], lanes: int) -> tuple[int, bool] | None:
+    """(outputs per vector, padded?) for a reduce down the columns of a row-major matrix: the loads move
+    contiguously along the output axis and with a stride along the reduce, so 64 outputs at a time read a row's
+    piece as four vectors, where partial sums along the reduce would walk down columns (4096x4096 ``v @ A``
+    kernel: 72 ms -> 2.4 ms; 32 outputs: 4.1 ms; numpy 1.6-3.4 ms). A column count no vector width divides is
+    padded to whole vectors (masked lanes) where that adds at most an eighth (x.sum(0) of 4095 x 4097: 20 ms
+    read down the columns, 3.4 padded)."""
+    if not _reads_along_rows(column, reduce, loads): return None
     size = range_size(column)
+    if (amount := _largest_divisor(size, widths(4 * lanes))) is not None: return amount, False
     if not isinstance(size, int) or size < 8 * lanes: return None
-    along = loads_depending_on(loads, column)
-    if not along or any(address_stride(ld.src[0], column) != 1 for ld in along): return None
-    if all(address_stride(ld.src[0], reduce) in (0, 1) for ld in loads_depending_on(loads, reduce)): return None
-    return next(w for w in widths(4 * lanes) if -(-size // w) * w <= size * 9 // 8)
+    return next(w for w in widths(4 * lanes) if -(-size // w) * w <= size * 9 // 8), True
 
 def _pooling_row_vector(globals_: list[UOp], reduces: list[UOp], loads: list[UOp], lanes: int) -> int | None:
     """Lanes for a pooling window's short output row: a small reduce (at most 4x4) over a row of 3 to 16
@@ -273,6 +279,19 @@ def _packed_tile(ast: UOp, globals_: list[UOp], loads: list[UOp], renderer) -> l
     except KernelOptError: return None   # (no panel fits)
     return choices
 
+def _register_tile_choices(globals_: list[UOp], loads: list[UOp], renderer) -> list[tuple[UOp, Any, OptOps]]:
+    """The usual register tile as choices: its upcasts, then the column loop outside when that pays."""
+    tile = _register_tile(globals_, loads, renderer)
+    choices = [(rng, amount, OptOps.UPCAST) for rng, amount in tile]
+    return choices + ([(tile[0][0], tile[1][0], OptOps.SWAP)] if tile and _columns_outside(globals_, tile) else [])
+
+def _reduce_loads(ast: UOp, reduces: list[UOp]) -> list[UOp]:
+    """The loads the (first) reduce loop repeats: one that doesn't move along a reduce (a norm's mean, a bias) is read
+    once per output whatever the tile, so it neither makes a register tile pay nor decides its shape (a BatchNorm
+    variance's per-channel mean made a 32-row gathered tile: 5.4 ms, where partial sums take 0.9 ms)."""
+    first = next(x for x in ast.toposort if x.op is Ops.REDUCE)
+    return [ld for ld in dict.fromkeys(x for x in first.src[0].toposort if x.op is Ops.LOAD) if any(r in ranges_in(ld.src[0]) for r in reduces)]
+
 def _reduce_choices(ast: UOp, renderer, globals_: list[UOp], reduces: list[UOp], loads: list[UOp]) -> list[tuple[UOp, int, OptOps]]:
     """The first strategy that fits a reduce kernel, as (axis, amount, action) choices: a register tile over
     packed panels (a big enough matmul), a dot-product tile (inputs contiguous along the reduce), a channel-vector
@@ -295,13 +314,10 @@ def _reduce_choices(ast: UOp, renderer, globals_: list[UOp], reduces: list[UOp],
         return choices + [(rng, amount, OptOps.UPCAST) for rng, amount in tile]
     if lanes and (width := _pooling_row_vector(globals_, reduces, loads, lanes)):
         return [(globals_[-1], width, OptOps.PADTO), (globals_[-1], width, OptOps.UPCAST)]
-    if tiled and (tile := _register_tile(globals_, loads, renderer)):
-        choices = [(rng, amount, OptOps.UPCAST) for rng, amount in tile]
-        return choices + ([(tile[0][0], tile[1][0], OptOps.SWAP)] if _columns_outside(globals_, tile) else [])
-    if len(globals_) == 1 and (columns := _column_sums(globals_[0], reduces[-1], loads, float_lanes(renderer))):
-        return [(globals_[0], columns, OptOps.UPCAST)]
-    if len(globals_) == 1 and lanes and (columns := _padded_column_sums(globals_[0], reduces[-1], loads, float_lanes(renderer))):
-        return [(globals_[0], columns, OptOps.PADTO), (globals_[0], columns, OptOps.UPCAST)]
+    if tiled and (choices := _register_tile_choices(globals_, loads, renderer)): return choices
+    if len(globals_) == 1 and (sums := _column_sums(globals_[0], reduces[-1], loads, float_lanes(renderer))) and (lanes or not sums[1]):
+        columns, padded = sums
+        return ([(globals_[0], columns, OptOps.PADTO)] if padded else []) + [(globals_[0], columns, OptOps.UPCAST)]
     # a long reduction: partial sums in lanes (C can't reorder float adds into vectors itself), on the
     # innermost reduce axis with a vector-width size; else that axis padded to a whole vector when it is long (a
     # 4097-long row: no lanes at all, serial adds, 7 ms for 4095 rows; padded, 1.9), else its largest small divisor
@@ -390,10 +406,8 @@ def _conv_axes(globals_: list[UOp], loads: list[UOp], lanes: int) -> list[tuple[
     """The axes of a conv-like register tile that odd sizes leave poor, with the multiples to pad them to: the output
     channels (the tile's rows or a channel tile's vector: 16, else 8) and the image row (the tile's column: 16).
     None for a kernel that isn't tiled that way."""
-    depends = {g: loads_depending_on(loads, g) for g in globals_ if isinstance(range_size(g), int)}
-    column = next((g for g in reversed(globals_) if g in depends and depends[g] and frozenset(loads) - depends[g]), None)
+    _, column, rows = _tile_axes(globals_, loads)
     if column is None: return None
-    rows = [g for g in reversed(globals_) if g in depends and g is not column and not (depends[g] & depends[column])]
     return ([(rows[0], (lanes, 8))] if rows else []) + [(column, (lanes,))]
 
 def _padded_tile_choices(ast: UOp, renderer, globals_: list[UOp], reduces: list[UOp], loads: list[UOp]) -> list | None:
@@ -425,15 +439,12 @@ def _padded_tile_choices(ast: UOp, renderer, globals_: list[UOp], reduces: list[
     # the padded kernel's choices name its ranges: map them back to this kernel's (same ids, new sizes)
     original = {r.arg: r for r in kernel_axes(ast)}
     new_axes = kernel_axes(padded)
-    new_loads = [ld for ld in dict.fromkeys(x for x in next(x for x in padded.toposort if x.op is Ops.REDUCE).src[0].toposort if x.op is Ops.LOAD)
-                 if any(r in ranges_in(ld.src[0]) for r in new_axes if r.arg[1] is AxisType.REDUCE)]
     new_globals = [r for r in new_axes if r.arg[1] is not AxisType.REDUCE]
-    if matmul is None: choices = _reduce_choices(padded, renderer, new_globals, [r for r in new_axes if r.arg[1] is AxisType.REDUCE], new_loads)
+    new_reduces = [r for r in new_axes if r.arg[1] is AxisType.REDUCE]
+    new_loads = _reduce_loads(padded, new_reduces)
+    if matmul is None: choices = _reduce_choices(padded, renderer, new_globals, new_reduces, new_loads)
     # a matmul's tiles only: the packed one, else the plain register tile (the gates PADTO adds aren't a conv's channels)
-    elif not (choices := _packed_tile(padded, new_globals, new_loads, renderer) or []):
-        tile = _register_tile(new_globals, new_loads, renderer)
-        choices = [(rng, amount, OptOps.UPCAST) for rng, amount in tile]
-        choices += [(tile[0][0], tile[1][0], OptOps.SWAP)] if _columns_outside(new_globals, tile) else []
+    else: choices = _packed_tile(padded, new_globals, new_loads, renderer) or _register_tile_choices(new_globals, new_loads, renderer)
     back = lambda x: original.get(x.arg, x) if isinstance(x, UOp) else x
     return pads + [(back(rng), back(amount), op) for rng, amount, op in choices]
 
@@ -457,11 +468,7 @@ def hand_coded_optimizations(ast: UOp, renderer) -> list[Opt]:
     work = prod(range_size(r) for r in axes) if all(isinstance(range_size(r), int) for r in axes) else 0
     choices: list[tuple[UOp, int, OptOps]] = []
     if reduce_nodes and reduces and len(reduce_nodes) <= 4:
-        # the loads the reduce loop repeats: one that doesn't move along a reduce (a norm's mean, a bias) is read once
-        # per output whatever the tile, so it neither makes a register tile pay nor decides its shape (a BatchNorm
-        # variance's per-channel mean made a 32-row gathered tile: 5.4 ms, where partial sums take 0.9 ms)
-        loads = [ld for ld in dict.fromkeys(x for x in reduce_nodes[0].src[0].toposort if x.op is Ops.LOAD)
-                 if any(r in ranges_in(ld.src[0]) for r in reduces)]
+        loads = _reduce_loads(ast, reduces)
         choices = _padded_tile_choices(ast, renderer, globals_, reduces, loads) or _reduce_choices(ast, renderer, globals_, reduces, loads)
     elif not reduce_nodes and globals_ and renderer.vector_loops and work >= 1 << 16 and \
             (vector := _elementwise_vector(ast, globals_[-1], float_lanes(renderer))):
