@@ -98,37 +98,41 @@ class CUDACompiler(Compiler):
 class CUDAError(RuntimeError):
     """A CUDA driver call failed (the message names the call and the driver's error)."""
 
+# The argument types of every driver call fusegrad makes (ctypes would pass an undeclared int as a 32-bit C int,
+# which can't hold a device pointer). ``cu`` refuses a name that isn't here.
+_u64, _vp = ctypes.c_uint64, ctypes.c_void_p
+DRIVER_SIGNATURES: dict[str, list] = {
+    "cuMemAlloc_v2": [ctypes.POINTER(_u64), ctypes.c_size_t], "cuMemFree_v2": [_u64],
+    "cuMemcpyHtoD_v2": [_u64, _vp, ctypes.c_size_t], "cuMemcpyDtoH_v2": [_vp, _u64, ctypes.c_size_t],
+    "cuMemcpyHtoDAsync_v2": [_u64, _vp, ctypes.c_size_t, _vp], "cuMemcpyDtoHAsync_v2": [_vp, _u64, ctypes.c_size_t, _vp],
+    "cuMemcpyDtoDAsync_v2": [_u64, _u64, ctypes.c_size_t, _vp],
+    "cuMemcpyPeerAsync": [_u64, _vp, _u64, _vp, ctypes.c_size_t, _vp],
+    "cuMemHostAlloc": [ctypes.POINTER(_vp), ctypes.c_size_t, ctypes.c_uint], "cuMemFreeHost": [_vp],
+    "cuModuleLoadData": [ctypes.POINTER(_vp), ctypes.c_char_p], "cuModuleUnload": [_vp],
+    "cuModuleGetFunction": [ctypes.POINTER(_vp), _vp, ctypes.c_char_p],
+    "cuModuleGetGlobal_v2": [ctypes.POINTER(_u64), ctypes.POINTER(ctypes.c_size_t), _vp, ctypes.c_char_p],
+    "cuLaunchKernel": [_vp] + [ctypes.c_uint] * 7 + [_vp, ctypes.POINTER(_vp), ctypes.POINTER(_vp)],
+    "cuStreamCreate": [ctypes.POINTER(_vp), ctypes.c_uint], "cuStreamSynchronize": [_vp],
+    "cuEventCreate": [ctypes.POINTER(_vp), ctypes.c_uint], "cuEventRecord": [_vp, _vp], "cuEventSynchronize": [_vp],
+    "cuEventElapsedTime": [ctypes.POINTER(ctypes.c_float), _vp, _vp], "cuEventDestroy_v2": [_vp],
+    "cuDeviceGet": [ctypes.POINTER(ctypes.c_int), ctypes.c_int], "cuDeviceGetCount": [ctypes.POINTER(ctypes.c_int)],
+    "cuDeviceGetAttribute": [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int],
+    "cuDeviceGetName": [ctypes.c_char_p, ctypes.c_int, ctypes.c_int],
+    "cuDevicePrimaryCtxRetain": [ctypes.POINTER(_vp), ctypes.c_int], "cuCtxSetCurrent": [_vp], "cuCtxSynchronize": [],
+    "cuGraphCreate": [ctypes.POINTER(_vp), ctypes.c_uint],
+    "cuGraphAddKernelNode": [ctypes.POINTER(_vp), _vp, ctypes.POINTER(_vp), ctypes.c_size_t, _vp],
+    "cuGraphInstantiateWithFlags": [ctypes.POINTER(_vp), _vp, ctypes.c_ulonglong],
+    "cuGraphExecKernelNodeSetParams": [_vp, _vp, _vp], "cuGraphLaunch": [_vp, _vp],
+    "cuGraphExecDestroy": [_vp], "cuGraphDestroy": [_vp],
+}
+
 @functools.lru_cache(None)
 def libcuda() -> ctypes.CDLL:
     """The CUDA driver (loaded and initialized once), or RuntimeError when this machine has none."""
     try: lib = ctypes.CDLL("libcuda.so.1")
     except OSError: raise RuntimeError("no CUDA driver/GPU: libcuda.so.1 not found") from None
     lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-    u64, vp = ctypes.c_uint64, ctypes.c_void_p
-    signatures = {
-        "cuMemAlloc_v2": [ctypes.POINTER(u64), ctypes.c_size_t], "cuMemFree_v2": [u64],
-        "cuMemcpyHtoD_v2": [u64, vp, ctypes.c_size_t], "cuMemcpyDtoH_v2": [vp, u64, ctypes.c_size_t],
-        "cuMemcpyHtoDAsync_v2": [u64, vp, ctypes.c_size_t, vp], "cuMemcpyDtoHAsync_v2": [vp, u64, ctypes.c_size_t, vp],
-        "cuMemcpyDtoDAsync_v2": [u64, u64, ctypes.c_size_t, vp],
-        "cuMemHostAlloc": [ctypes.POINTER(vp), ctypes.c_size_t, ctypes.c_uint], "cuMemFreeHost": [vp],
-        "cuModuleLoadData": [ctypes.POINTER(vp), ctypes.c_char_p], "cuModuleUnload": [vp],
-        "cuModuleGetFunction": [ctypes.POINTER(vp), vp, ctypes.c_char_p],
-        "cuModuleGetGlobal_v2": [ctypes.POINTER(u64), ctypes.POINTER(ctypes.c_size_t), vp, ctypes.c_char_p],
-        "cuLaunchKernel": [vp] + [ctypes.c_uint] * 7 + [vp, ctypes.POINTER(vp), ctypes.POINTER(vp)],
-        "cuStreamCreate": [ctypes.POINTER(vp), ctypes.c_uint], "cuStreamSynchronize": [vp],
-        "cuEventCreate": [ctypes.POINTER(vp), ctypes.c_uint], "cuEventRecord": [vp, vp], "cuEventSynchronize": [vp],
-        "cuEventElapsedTime": [ctypes.POINTER(ctypes.c_float), vp, vp], "cuEventDestroy_v2": [vp],
-        "cuDeviceGet": [ctypes.POINTER(ctypes.c_int), ctypes.c_int], "cuDeviceGetCount": [ctypes.POINTER(ctypes.c_int)],
-        "cuDeviceGetAttribute": [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int],
-        "cuDeviceGetName": [ctypes.c_char_p, ctypes.c_int, ctypes.c_int],
-        "cuDevicePrimaryCtxRetain": [ctypes.POINTER(vp), ctypes.c_int], "cuCtxSetCurrent": [vp], "cuCtxSynchronize": [],
-        "cuGraphCreate": [ctypes.POINTER(vp), ctypes.c_uint],
-        "cuGraphAddKernelNode": [ctypes.POINTER(vp), vp, ctypes.POINTER(vp), ctypes.c_size_t, vp],
-        "cuGraphInstantiateWithFlags": [ctypes.POINTER(vp), vp, ctypes.c_ulonglong],
-        "cuGraphExecKernelNodeSetParams": [vp, vp, vp], "cuGraphLaunch": [vp, vp],
-        "cuGraphExecDestroy": [vp], "cuGraphDestroy": [vp],
-    }
-    for name, argtypes in signatures.items():
+    for name, argtypes in DRIVER_SIGNATURES.items():
         if (function := getattr(lib, name, None)) is not None: function.argtypes, function.restype = argtypes, ctypes.c_int
     check(lib.cuInit(0), "cuInit")
     return lib
@@ -141,7 +145,8 @@ def check(status: int, call: str) -> None:
     raise CUDAError(f"{call} failed: {message.value.decode() if message.value else f'CUDA error {status}'}")
 
 def cu(name: str, *args: Any) -> None:
-    """Call the driver function ``name`` and check its status."""
+    """Call the driver function ``name`` (one of DRIVER_SIGNATURES) and check its status."""
+    if name not in DRIVER_SIGNATURES: raise RuntimeError(f"internal error: the driver call {name} has no declared signature")
     check(getattr(libcuda(), name)(*args), name)
 
 # device attributes (cuda.h CUdevice_attribute)

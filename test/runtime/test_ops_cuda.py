@@ -471,3 +471,13 @@ def test_every_op_test_kernel_compiles_for_cuda():
     assert result.returncode == 0, f"op tests with the CUDA compile check failed:\n{result.stdout[-6000:]}\n{result.stderr[-2000:]}"
     compiled = re.search(r"cuda_compile_check: (\d+) distinct kernels", result.stdout)
     assert compiled is not None and int(compiled.group(1)) > 1500, result.stdout[-2000:]
+
+def test_driver_calls_need_a_declared_signature(fake_cuda):
+    """ctypes passes an undeclared int argument as a 32-bit C int, which can't hold a device pointer: ``cu`` refuses
+    any driver call without argument types (the peer copy above went through it), before reaching the driver."""
+    from fusegrad.runtime.ops_cuda import cu, DRIVER_SIGNATURES
+    driver, _ = fake_cuda
+    driver.cuUndeclared = lambda *args: driver.launches.append("called") or 0
+    with pytest.raises(RuntimeError, match="cuUndeclared has no declared signature"): cu("cuUndeclared", 1 << 40)
+    assert "called" not in driver.launches
+    assert all(ctypes.c_uint64 in DRIVER_SIGNATURES[name] for name in ("cuMemcpyPeerAsync", "cuMemcpyHtoD_v2", "cuMemFree_v2"))
