@@ -2,7 +2,8 @@
 
 A kernel is an ``extern "C" __global__`` function. Launch indices are the grid and block coordinates:
 ``gidxN`` is ``blockIdx``, ``lidxN`` is ``threadIdx`` and a NOLOCALS kernel's ``idxN`` is the global thread
-index, dimension 0 being x. Workgroup memory is ``__shared__`` and the barrier ``__syncthreads()``.
+index, dimension 0 being x. Workgroup memory is ``__shared__`` (past 48 KiB, slices of one dynamic
+``extern __shared__`` array, up to the GPU's opt-in limit: ``dynamic_shared_layout``) and the barrier ``__syncthreads()``.
 
 Kernels that use no workgroup (no ``lidx``: the default for elementwise and plain reduce kernels, whose
 global size counts work items) would otherwise run one thread per block, 1/32 of each warp. They are
@@ -83,6 +84,16 @@ def mma_helper(tc: TensorCore) -> str:
 
 # exported by flat kernels (see the module doc); the runtime looks it up with cuModuleGetGlobal
 FLAT_LAUNCH_SYMBOL = "fg_flat_launch"
+
+# Shared memory: a kernel's static ``__shared__`` arrays may total 48 KiB. Beyond that (up to the GPU's opt-in
+# limit per block) they are slices of one ``extern __shared__`` array, whose size the kernel exports as
+# DYNAMIC_SHARED_SYMBOL: the runtime raises the function's limit and passes the size at every launch.
+STATIC_SHARED_MAX = 48 * 1024
+DYNAMIC_SHARED_SYMBOL = "fg_dynamic_shared"
+# the opt-in shared memory per block by compute capability (CUDA programming guide's table); the device reports
+# its own, this is for rendering without one (other archs: the static 48 KiB)
+OPTIN_SHARED_BYTES = {70: 96 * 1024, 72: 48 * 1024, 75: 64 * 1024, 80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024,
+                      90: 227 * 1024, 100: 227 * 1024, 120: 99 * 1024}
 FLAT_BLOCK = 256   # the most threads per block the runtime gives a flat kernel (its __launch_bounds__)
 
 # The dimension names of launch indices: gidx0/lidx0/idx0 are x.
@@ -108,7 +119,6 @@ class CUDARenderer(CStyleLanguage):
     native_transcendentals = True     # exp2f/log2f/sinf are accurate to a few ulp on the GPU (no --use_fast_math)
     local_max = (1024, 1024, 64)
     local_max_threads = 1024
-    shared_max = 48 * 1024            # static __shared__ arrays; more needs dynamic shared memory
     max_vector_bytes = 16
     gpu_heuristic = True              # codegen/opt/gpu_heuristic.py: workgroups, grouped reduces, warp tensor cores
     flat_elementwise = True           # elementwise kernels stay flat: the runtime gives them blocks of 256 threads
@@ -117,12 +127,15 @@ class CUDARenderer(CStyleLanguage):
     barrier = "__syncthreads();"
     type_map = {**CStyleLanguage.type_map, dtypes.float16: "half", dtypes.bool: "bool"}
 
-    def __init__(self, arch: str = "sm_80"):
+    def __init__(self, arch: str = "sm_80", shared_max: int | None = None):
         # mma.sync m16n8k16 for half and bfloat16 from sm_80 (Ampere) on (docs/decisions.md, "CUDA tensor cores")
         self.tensor_cores = MMA_TENSOR_CORES if parse_arch(arch) >= 80 else []
         self.arch = arch
-    def __reduce__(self): return self.__class__, (self.arch,)
-    def __repr__(self) -> str: return f"CUDARenderer(arch={self.arch!r})"
+        # shared memory per workgroup: the device's opt-in limit (past 48 KiB it is dynamic shared memory, see above)
+        self.shared_max = OPTIN_SHARED_BYTES.get(parse_arch(arch), STATIC_SHARED_MAX) if shared_max is None else shared_max
+        if not isinstance(self.shared_max, int) or self.shared_max < 0: raise ValueError(f"shared_max must be a byte count, got {shared_max!r}")
+    def __reduce__(self): return self.__class__, (self.arch, self.shared_max)
+    def __repr__(self) -> str: return f"CUDARenderer(arch={self.arch!r}, shared_max={self.shared_max})"
 
     # ---------------------------------------------------------------- types and constants
     def render_dtype(self, dtype: DType) -> str:
@@ -186,9 +199,16 @@ class CUDARenderer(CStyleLanguage):
         if tc not in self.tensor_cores: return super().tensor_core_helper(tc)
         return mma_helper(tc)
 
+    def render_local(self, name: str, dtype: DType, size: int) -> tuple[str, str | None]:
+        if name not in self._shared_offsets: return super().render_local(name, dtype, size)
+        return f"{self.render_dtype(dtype)}* {name} = ({self.render_dtype(dtype)}*)(fg_shared + {self._shared_offsets[name]});", None
+
     def render_kernel(self, name: str, params: list[str], body: list[str]) -> str:
         bounds = f"__launch_bounds__({self._threads}) " if self._threads else ""
         exported = f'extern "C" __device__ const int {FLAT_LAUNCH_SYMBOL} = 1;\n' if self._flat else ""
+        if self._shared_offsets:
+            exported += f'extern "C" __device__ const unsigned int {DYNAMIC_SHARED_SYMBOL} = {self._dynamic_shared};\n'
+            body = ["  extern __shared__ __align__(16) unsigned char fg_shared[];"] + body
         body = ([f"  if ({self._guard}) return;"] if self._guard else []) + body
         return exported + f"{self.kernel_prefix}{bounds}{name}({', '.join(params)}) {{\n" + "\n".join(body) + "\n}\n"
 
@@ -204,6 +224,7 @@ class CUDARenderer(CStyleLanguage):
         # threads past the global size (in the last block of a dimension) return first thing, before any memory access
         kernel._guard = " || ".join(f"{kernel.render_special(u.arg)} >= {self._size_expr(u.src[0])}"
                                     for u in sorted(specials, key=lambda u: u.arg)) if kernel._flat else ""
+        kernel._shared_offsets, kernel._dynamic_shared = dynamic_shared_layout([u for u in uops if u.op is Ops.DEFINE_LOCAL])
         # the prelude first: the tensor core helpers CStyleLanguage.render puts ahead of the kernel use its types
         return CUDA_PRELUDE + (_PACK2 if any(u.op is Ops.WMMA for u in uops) else "") + CStyleLanguage.render(kernel, name, uops)
 
@@ -217,4 +238,23 @@ class CUDARenderer(CStyleLanguage):
             if size.op is Ops.MAX: return f"max({self._size_expr(size.src[0])}, {self._size_expr(size.src[1])})"
         raise NotImplementedError(f"can't render the launch size {size}")
 
-    _flat, _threads, _guard = False, 0, ""   # per kernel, set on the copy that renders it
+    # per kernel, set on the copy that renders it
+    _flat, _threads, _guard, _shared_offsets, _dynamic_shared = False, 0, "", {}, 0
+
+def dynamic_shared_layout(locals_: list[UOp]) -> tuple[dict[str, int], int]:
+    """Where each DEFINE_LOCAL array lies in the dynamic shared memory (name -> byte offset) and its total size,
+    or ({}, 0) when the arrays fit in static shared memory. Larger elements first: every array starts aligned to
+    its element without padding.
+
+    >>> from fusegrad.dtype import dtypes
+    >>> dynamic_shared_layout([UOp(Ops.DEFINE_LOCAL, dtypes.half.ptr(8192, local=True), arg="a"), UOp(Ops.DEFINE_LOCAL, dtypes.float.ptr(10000, local=True), arg="b")])
+    ({'b': 0, 'a': 40000}, 56384)
+    """
+    sizes = {u.arg: (u.dtype.size * u.dtype.base.itemsize, u.dtype.base.itemsize) for u in locals_}
+    total = sum(nbytes for nbytes, _ in sizes.values())
+    if total <= STATIC_SHARED_MAX: return {}, 0
+    offsets, at = {}, 0
+    for name, (nbytes, _) in sorted(sizes.items(), key=lambda item: -item[1][1]):
+        offsets[name] = at
+        at += nbytes
+    return offsets, total

@@ -8,7 +8,8 @@ NVRTC, and the driver comes with the GPU.
 - ``CUDAAllocator``: ``cuMemAlloc``; copies run on the device's stream, through a pinned staging buffer when
   they are large enough for that to pay (pageable memory is copied at a fraction of the bus speed).
 - ``CUDAProgram``: ``cuModuleLoadData`` + ``cuLaunchKernel`` with the kernel's grid (global size, in blocks)
-  and block (local size). Flat kernels (renderer/cuda.py) and NOLOCALS kernels get a block size chosen here.
+  and block (local size). Flat kernels (renderer/cuda.py) and NOLOCALS kernels get a block size chosen here;
+  a kernel that exports its dynamic shared memory size gets it at launch (and its limit raised past 48 KiB).
   ``wait=True`` times the launch with a pair of events.
 - ``CUDAGraph``: a TinyJit capture as one CUDA graph, replayed with one ``cuGraphLaunch``.
 
@@ -20,7 +21,7 @@ import ctypes, ctypes.util, functools, glob, os, sys
 from typing import Any
 from fusegrad.device import Allocator, Compiled, Compiler, CompileError
 from fusegrad.helpers import getenv, DEBUG
-from fusegrad.renderer.cuda import CUDARenderer, FLAT_LAUNCH_SYMBOL, FLAT_BLOCK, parse_arch
+from fusegrad.renderer.cuda import CUDARenderer, FLAT_LAUNCH_SYMBOL, FLAT_BLOCK, DYNAMIC_SHARED_SYMBOL, STATIC_SHARED_MAX, parse_arch
 
 DEFAULT_ARCH = "sm_80"
 
@@ -109,7 +110,7 @@ DRIVER_SIGNATURES: dict[str, list] = {
     "cuMemcpyPeerAsync": [_u64, _vp, _u64, _vp, ctypes.c_size_t, _vp],
     "cuMemHostAlloc": [ctypes.POINTER(_vp), ctypes.c_size_t, ctypes.c_uint], "cuMemFreeHost": [_vp],
     "cuModuleLoadData": [ctypes.POINTER(_vp), ctypes.c_char_p], "cuModuleUnload": [_vp],
-    "cuModuleGetFunction": [ctypes.POINTER(_vp), _vp, ctypes.c_char_p],
+    "cuModuleGetFunction": [ctypes.POINTER(_vp), _vp, ctypes.c_char_p], "cuFuncSetAttribute": [_vp, ctypes.c_int, ctypes.c_int],
     "cuModuleGetGlobal_v2": [ctypes.POINTER(_u64), ctypes.POINTER(ctypes.c_size_t), _vp, ctypes.c_char_p],
     "cuLaunchKernel": [_vp] + [ctypes.c_uint] * 7 + [_vp, ctypes.POINTER(_vp), ctypes.POINTER(_vp)],
     "cuStreamCreate": [ctypes.POINTER(_vp), ctypes.c_uint], "cuStreamSynchronize": [_vp],
@@ -149,8 +150,9 @@ def cu(name: str, *args: Any) -> None:
     if name not in DRIVER_SIGNATURES: raise RuntimeError(f"internal error: the driver call {name} has no declared signature")
     check(getattr(libcuda(), name)(*args), name)
 
-# device attributes (cuda.h CUdevice_attribute)
-ATTR_CC_MAJOR, ATTR_CC_MINOR, ATTR_MULTIPROCESSORS = 75, 76, 16
+# device attributes (cuda.h CUdevice_attribute) and function attributes (CUfunction_attribute)
+ATTR_CC_MAJOR, ATTR_CC_MINOR, ATTR_MULTIPROCESSORS, ATTR_SHARED_PER_BLOCK_OPTIN = 75, 76, 16, 97
+FUNC_ATTR_MAX_DYNAMIC_SHARED = 8
 
 # ---------------------------------------------------------------- memory
 
@@ -248,8 +250,20 @@ class CUDAProgram:
         self.module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
         cu("cuModuleLoadData", ctypes.byref(self.module), lib)
         cu("cuModuleGetFunction", ctypes.byref(self.function), self.module, name.encode())
+        self.flat = self._global(FLAT_LAUNCH_SYMBOL) is not None
+        # a kernel with more than 48 KiB of shared memory takes it dynamically: the size it exports, at every launch
+        self.shared_bytes = 0
+        if (address := self._global(DYNAMIC_SHARED_SYMBOL)) is not None:
+            value = ctypes.c_uint32()
+            cu("cuMemcpyDtoH_v2", ctypes.byref(value), address, 4)
+            self.shared_bytes = value.value
+            if self.shared_bytes > STATIC_SHARED_MAX:
+                cu("cuFuncSetAttribute", self.function, FUNC_ATTR_MAX_DYNAMIC_SHARED, self.shared_bytes)
+    def _global(self, symbol: str) -> int | None:
+        """The device address of the module's global ``symbol`` (None when the kernel doesn't export it)."""
         address, size = ctypes.c_uint64(), ctypes.c_size_t()
-        self.flat = libcuda().cuModuleGetGlobal_v2(ctypes.byref(address), ctypes.byref(size), self.module, FLAT_LAUNCH_SYMBOL.encode()) == 0
+        found = libcuda().cuModuleGetGlobal_v2(ctypes.byref(address), ctypes.byref(size), self.module, symbol.encode()) == 0
+        return address.value if found else None
     def launch_dims(self, global_size, local_size) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(grid, block) for a launch: a flat kernel's global size counts threads (rounded up to whole
         blocks, the extra threads return at once); a NOLOCALS kernel (no local size) is tiled exactly."""
@@ -268,7 +282,7 @@ class CUDAProgram:
         params, _keep = self.arguments(bufs, vals)
         self.device.make_current()
         if wait: cu("cuEventRecord", self.device.events[0], self.device.stream)
-        cu("cuLaunchKernel", self.function, *grid, *block, 0, self.device.stream, params, None)
+        cu("cuLaunchKernel", self.function, *grid, *block, self.shared_bytes, self.device.stream, params, None)
         if not wait: return None
         cu("cuEventRecord", self.device.events[1], self.device.stream)
         cu("cuEventSynchronize", self.device.events[1])
@@ -319,7 +333,7 @@ class CUDAGraph:
         global_size, local_size = spec.launch_dims(dict(zip(spec.vars, values)))
         grid, block = program.launch_dims(global_size, local_size)
         args, storage = program.arguments(pointers, values)
-        params = KernelNodeParams(program.function, *grid, *block, 0, ctypes.cast(args, ctypes.POINTER(ctypes.c_void_p)), None)
+        params = KernelNodeParams(program.function, *grid, *block, program.shared_bytes, ctypes.cast(args, ctypes.POINTER(ctypes.c_void_p)), None)
         params._keep = (args, storage)   # the driver copies the values when the node is set; until then they must live
         return params
     def replay(self, new_inputs: list, var_vals: dict) -> None:
@@ -371,7 +385,8 @@ class CUDADevice(Compiled):
         self.name = name.value.decode()
         if DEBUG >= 1: print(f"{device}: {self.name} ({self.arch})")
         compiler = CUDACompiler(self.arch, output="ptx" if getenv("CUDA_PTX", 0) else "cubin")
-        super().__init__(device, CUDAAllocator(self), CUDARenderer(self.arch), compiler,
+        renderer = CUDARenderer(self.arch, shared_max=self.attribute(ATTR_SHARED_PER_BLOCK_OPTIN) or None)
+        super().__init__(device, CUDAAllocator(self), renderer, compiler,
                          functools.partial(CUDAProgram, self), CUDAGraph)
     def attribute(self, attribute: int) -> int:
         value = ctypes.c_int()

@@ -11,14 +11,14 @@ Two parts:
 - With a GPU (``@pytest.mark.cuda``, skipped with the reason where there is none): the same ops run on the GPU
   against numpy, plus copies, timing, flat and NOLOCALS launches and the TinyJit CUDA graph.
 """
-import ctypes, functools, glob, os, random, re, shutil, subprocess, sys, tempfile
+import ctypes, functools, glob, os, pickle, random, re, shutil, subprocess, sys, tempfile
 import numpy as np
 import pytest
 from fusegrad import Tensor, Device, dtypes, TinyJit, Variable
 from fusegrad.codegen import get_program
 from fusegrad.codegen.opt import Opt, OptOps, KernelOptError, apply_opt
 from fusegrad.device import probe_device, CompileError
-from fusegrad.renderer.cuda import CUDARenderer, FLAT_LAUNCH_SYMBOL, parse_arch
+from fusegrad.renderer.cuda import CUDARenderer, FLAT_LAUNCH_SYMBOL, DYNAMIC_SHARED_SYMBOL, parse_arch
 from fusegrad.runtime.ops_cuda import CUDACompiler, flat_block, divisor_block
 from helpers import assert_tensor, rand_np, run_kernel, random_action_list, searchable_ast, NP_DTYPES
 
@@ -187,7 +187,26 @@ def test_random_action_lists_compile():
 def test_workgroup_limits_are_the_gpus():
     with pytest.raises(KernelOptError, match="1024"):   # 2048 threads in one block
         apply_opt(apply_opt(matmul_ast(), Opt(OptOps.LOCAL, 0, 32), RENDERER), Opt(OptOps.GROUP, 3, 64), RENDERER)
-    assert (RENDERER.local_max_threads, RENDERER.local_max, RENDERER.shared_max) == (1024, (1024, 1024, 64), 48 * 1024)
+    assert (RENDERER.local_max_threads, RENDERER.local_max) == (1024, (1024, 1024, 64))
+    # shared memory per block: the arch's opt-in limit (the device reports its own), 48 KiB for archs the table lacks
+    assert (RENDERER.shared_max, CUDARenderer("sm_86").shared_max, CUDARenderer("sm_61").shared_max) == (163 * 1024, 99 * 1024, 48 * 1024)
+    small = CUDARenderer(ARCH, shared_max=32 * 1024)
+    assert pickle.loads(pickle.dumps(small)).shared_max == 32 * 1024
+    with pytest.raises(KernelOptError, match="shared memory"): get_program(big_shared_ast(), small, BIG_SHARED_OPTS)
+
+# a grouped matmul whose partial sums (16 x 16 threads x 4 groups x a 4 x 4 tile of floats) need 64 KiB of shared memory
+BIG_SHARED_OPTS = [Opt(OptOps.GROUP, 2, 4), Opt(OptOps.LOCAL, 0, 16), Opt(OptOps.LOCAL, 1, 16), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 4)]
+def big_shared_ast(): return matmul_ast(256)
+
+def test_shared_memory_past_48_kib_is_dynamic():
+    """Static __shared__ arrays may total 48 KiB (ptxas rejects more); past that the kernel's arrays are slices of one
+    extern __shared__ array, and the kernel exports its size for the runtime (which passes it at launch)."""
+    program, ptx = compile_kernel(big_shared_ast(), BIG_SHARED_OPTS)
+    assert "extern __shared__" in program.src and re.search(r"\.extern \.shared .*fg_shared\[\]", ptx)
+    assert re.search(rf"\.global .*\.u32 {DYNAMIC_SHARED_SYMBOL} = 65536;", ptx)
+    assemble([ptx])
+    small, small_ptx = compile_kernel(matmul_ast(), [Opt(OptOps.GROUP, 2, 16)])   # 4 KiB: static, nothing exported
+    assert "extern __shared__" not in small.src and DYNAMIC_SHARED_SYMBOL not in small_ptx
 
 # ---------------------------------------------------------------- tensor cores
 
@@ -215,7 +234,6 @@ def test_tensor_core_kernels_compile_to_mma(dtype):
 # ---------------------------------------------------------------- renderer and compiler without a device
 
 def test_renderer_needs_no_device_and_pickles():
-    import pickle
     assert pickle.loads(pickle.dumps(RENDERER)).arch == ARCH
     assert CUDARenderer(arch="sm_90").arch == "sm_90" and parse_arch("compute_86") == 86
     with pytest.raises(ValueError, match="sm_80"): CUDARenderer(arch="ampere")
@@ -305,6 +323,15 @@ def test_gpu_optimized_kernels_match_the_cpu(opts):
 
 @pytest.mark.cuda
 @cuda
+def test_gpu_dynamic_shared_memory_kernel_matches_numpy():
+    """The 64 KiB grouped matmul (dynamic shared memory, its arrays at computed offsets) on the GPU."""
+    rng = np.random.default_rng(4)
+    x, y = rng.standard_normal((256, 256)).astype(np.float32), rng.standard_normal((256, 256)).astype(np.float32)
+    (item,) = (Tensor(x, device="CUDA") @ Tensor(y, device="CUDA")).schedule()[-1:]
+    np.testing.assert_allclose(run_kernel(item, BIG_SHARED_OPTS, "CUDA")[0].reshape(256, 256), x @ y, rtol=1e-4, atol=1e-3)
+
+@pytest.mark.cuda
+@cuda
 @pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
 def test_gpu_tensor_core_matmul_matches_numpy_and_the_emulator(dtype):
     """mma.sync on the GPU: a half / bfloat16 matmul (heuristic: TC, a 2 x 4 tile, 2 x 2 warps) against numpy, and bit for bit
@@ -370,12 +397,12 @@ class FakeDriver:
     """Just enough of libcuda for the allocator, copies and launches: device memory is host memory, modules are
     the images given, and launches are recorded with their argument values (no kernel runs)."""
     def __init__(self):
-        self.memory, self.launches, self.peer_copies = {}, [], []
+        self.memory, self.launches, self.peer_copies, self.function_attributes = {}, [], [], {}
     def __getattr__(self, name):
         if name.startswith("cu"): return lambda *args: 0   # context, stream, event calls: succeed, do nothing
         raise AttributeError(name)
     def cuDeviceGetCount(self, count): count._obj.value = 1; return 0
-    def cuDeviceGetAttribute(self, value, attribute, device): value._obj.value = {75: 8, 76: 0}.get(attribute, 0); return 0
+    def cuDeviceGetAttribute(self, value, attribute, device): value._obj.value = {75: 8, 76: 0, 97: 99 * 1024}.get(attribute, 0); return 0
     def cuMemAlloc_v2(self, pointer, size):
         block = ctypes.create_string_buffer(size)
         pointer._obj.value = ctypes.addressof(block)
@@ -392,10 +419,16 @@ class FakeDriver:
         ctypes.memmove(dest, src, size)
         return 0
     def cuModuleLoadData(self, module, image): self.image = image; return 0
-    def cuModuleGetGlobal_v2(self, address, size, module, name): return 0 if name in self.image else 500   # CUDA_ERROR_NOT_FOUND
+    def cuModuleGetGlobal_v2(self, address, size, module, name):
+        if name not in self.image: return 500   # CUDA_ERROR_NOT_FOUND
+        if (value := re.search(rb"%s = (\d+)" % name, self.image)) is not None:   # an exported constant: its value in "device memory"
+            self.globals = getattr(self, "globals", []) + [ctypes.c_uint32(int(value.group(1)))]
+            address._obj.value = ctypes.addressof(self.globals[-1])
+        return 0
+    def cuFuncSetAttribute(self, function, attribute, value): self.function_attributes[attribute] = value; return 0
     def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         values = [ctypes.c_uint64.from_address(params[i]).value for i in range(self.arguments)]
-        self.launches.append(((gx, gy, gz), (bx, by, bz), values))
+        self.launches.append(((gx, gy, gz), (bx, by, bz), values) + ((shared,) if shared else ()))
         return 0
 
 @pytest.fixture
@@ -439,6 +472,17 @@ def test_runtime_on_a_fake_driver_copies_between_gpus(fake_cuda, monkeypatch):
     BufferCopy(into.nbytes, "CUDA", "CUDA")([into, view], {})
     np.testing.assert_array_equal(np.frombuffer(into.as_buffer(), np.float32), data[16:24])
     assert len(driver.peer_copies) == 2
+
+def test_runtime_on_a_fake_driver_gives_dynamic_shared_memory(fake_cuda):
+    """A kernel exporting its dynamic shared memory size gets the function's limit raised to it and the size at every
+    launch; the device's renderer may plan up to the GPU's reported opt-in limit."""
+    driver, device = fake_cuda
+    assert device.renderer.shared_max == 99 * 1024   # attribute 97 of the (fake) GPU, not the sm_80 table's 163 KiB
+    program = device.runtime("r_big", f"... {DYNAMIC_SHARED_SYMBOL} = 65536; ...".encode())
+    assert program.shared_bytes == 65536 and driver.function_attributes == {8: 65536}   # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    driver.arguments = 1
+    program(0x1000, global_size=(16, 16, 1), local_size=(16, 16, 4))
+    assert driver.launches[-1] == ((16, 16, 1), (16, 16, 4), [0x1000], 65536)
 
 def test_runtime_on_a_fake_driver_launches(fake_cuda):
     driver, device = fake_cuda
