@@ -29,7 +29,7 @@ def test_flags_and_fields_agree():
 
 def test_targets_and_variants_differ():
     assert CUDARenderer("sm_80").options != CUDARenderer("sm_90").options
-    assert CUDARenderer("sm_90").options.variant == ("sm_90",)
+    assert CUDARenderer("sm_90").options.variant == ("sm_90", 227 * 1024)   # (arch, shared memory per block)
     assert OpenCLRenderer(shared_max=16384).options.shared_max == 16384
     assert ClangRenderer(has_threads=False).options != ClangRenderer(has_threads=True).options
     assert {r.options.target for r in (ClangRenderer(), LLVMRenderer(), PythonRenderer(), CUDARenderer())} == {"CPU", "LLVM", "PYTHON", "CUDA"}
