@@ -8,7 +8,7 @@ graph is scheduled into fused kernels, compiled and run.
 [4.0, 7.0]
 """
 from __future__ import annotations
-import functools, hashlib, itertools, math, struct, weakref
+import dataclasses, functools, hashlib, itertools, math, struct, weakref
 from typing import Any, Callable, Iterable, Sequence
 from fusegrad.dtype import (DType, dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype, to_dtype, to_np_dtype,
                             from_np, ConstType)
@@ -116,13 +116,26 @@ def _exp_of_float(value: float) -> float:
     try: return math.exp(value)
     except OverflowError: return math.inf
 
-def _explicit_gradients(ret: UOp, grad: UOp) -> tuple[UOp | None, ...]:
-    """An Ops.CUSTOM gradient rule for ``CUSTOM(value, x_1..x_n, c_1..c_n)``: input ``x_i`` gets ``grad * c_i``
-    (None for an int input), the coefficients ``c_i`` (detached graphs) get none. The coefficients are sources,
-    not part of the arg, so equal graphs stay equal UOps (the schedule cache keys on them)."""
-    count = (len(ret.src) - 1) // 2
-    inputs, coefficients = ret.src[1:1 + count], ret.src[1 + count:]
-    return tuple(grad * c.cast(grad.dtype) if dtypes.is_float(x.dtype) else None for x, c in zip(inputs, coefficients)) + (None,) * count
+@dataclasses.dataclass(frozen=True)
+class _PowGradient:
+    """The gradient rule of ``CUSTOM(value, base)`` (``base ** scalar``, a Python exponent) or ``CUSTOM(value, base,
+    exponent)`` (a tensor exponent): PyTorch's formulas, ``e * b**(e-1)`` for the base and ``b**e * log b`` for the
+    exponent, 0 where torch masks them (finite wherever torch's are; the chain rule through the value's exp2/log2 form
+    is nan at a zero or infinite base). They are built when the gradient is asked for, from the sources themselves
+    (not detached copies), so a gradient of the gradient differentiates them again (``x**3``: 3x**2, then 6x). An arg,
+    not a closure: equal powers give equal rules, so equal graphs stay equal UOps (the schedule cache keys on them)."""
+    scalar: int | float | None   # the Python exponent; None: the exponent is the node's third source
+    def __call__(self, ret: UOp, grad: UOp) -> tuple[UOp | None, ...]:
+        base = Tensor(ret.src[1])
+        if self.scalar is not None:
+            coefficient = base._const(0.0) if self.scalar == 0 else self.scalar * base.pow(self.scalar - 1)
+            return (grad * coefficient.uop.cast(grad.dtype) if dtypes.is_float(base.dtype) else None,)
+        exponent = Tensor(ret.src[2])
+        base_grad = (exponent == 0).where(0.0, exponent * base.pow(exponent - 1))
+        log_base = (base < 0).where(math.nan, base._float().log())
+        exponent_grad = ((base == 0) & (exponent >= 0)).where(0.0, Tensor(ret) * log_base)
+        return tuple(grad * c.uop.cast(grad.dtype) if dtypes.is_float(x.dtype) else None
+                     for x, c in ((base, base_grad), (exponent, exponent_grad)))
 
 def _tan_gradient(ret: UOp, grad: UOp) -> tuple[UOp]: return (grad + grad * ret * ret,)   # ret: tan x, differentiable
 
@@ -607,7 +620,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         >>> (x * x).gradient(x)[0].tolist()
         [6.0]
         """
-        from fusegrad.gradient import compute_gradient, differentiation_order
+        from fusegrad.gradient import compute_gradient
         if gradient is None and self.numel() != 1:
             raise RuntimeError(f"gradient needs a scalar tensor or an explicit gradient; this one has shape {self.shape}")
         for t in targets:
@@ -619,13 +632,13 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         grads = compute_gradient(self.uop, seed, {t.uop for t in targets})
         results = []
         for t in targets:
+            # zeros where every path to the target has zero derivative (floor, comparisons) or there is no path at
+            # all (tinygrad 0.14's rule; ``materialize_grads`` is accepted for code written for older tinygrad)
             g = grads.get(t.uop)
-            if g is None:
-                # in the graph but every path to it has zero derivative (floor, comparisons): zeros
-                if not materialize_grads and t.uop not in differentiation_order(self.uop)[0]:
-                    raise RuntimeError(f"tensor of shape {t.shape} is not in the graph of this tensor")
-                g = UOp.const(t.dtype, 0, t.device, t.shape)
-            results.append(Tensor(_like_sharding(g, t.uop), requires_grad=False))
+            if g is None: g = UOp.const(t.dtype, 0, t.device, t.shape)
+            # (requires_grad None, not False: realized, a gradient keeps the graph it was computed from, so a gradient
+            # of it (a gradient penalty, a Hessian-vector product) is right whether it was realized first or not)
+            results.append(Tensor(_like_sharding(g, t.uop)))
         return results
 
     def backward(self, gradient: "Tensor | None" = None) -> "Tensor":
@@ -2399,22 +2412,16 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
                 if (fast := self._pow_scalar(x)) is not None: return fast
             elif (fast := self.detach()._pow_scalar(x)) is not None:
                 # products, sqrt and reciprocals give exact values, but their chain-rule gradient is nan at 0 or
-                # inf (inf * 0): the gradient is PyTorch's x * self**(x-1) instead, like the general case below
-                coefficient = self._const(0.0) if x == 0 else x * self.detach().pow(x - 1)
-                return Tensor(UOp(Ops.CUSTOM, fast.dtype, (fast.uop, self.uop, coefficient.uop), _explicit_gradients),
-                              requires_grad=self.requires_grad)
+                # inf (inf * 0): the gradient is PyTorch's x * self**(x-1) instead (_PowGradient), like the general case below
+                return Tensor(UOp(Ops.CUSTOM, fast.dtype, (fast.uop, self.uop), _PowGradient(x)), requires_grad=self.requires_grad)
         if not reverse and self._with_big_int_literal("CMPNE", x) is not None: return self._int_pow_literal(x)
         base, exponent = self._broadcasted(x, reverse)
         if dtypes.is_int(base.dtype) and dtypes.is_int(exponent.dtype): return base._int_pow(exponent)
         if base.requires_grad is False and exponent.requires_grad is False: return base._pow_value(exponent)
         # the value comes from exp2/log2 (with sign and special-case fixes), whose chain-rule gradient is nan
-        # at a zero or infinite base; the gradients are PyTorch's formulas instead (finite wherever torch's are)
-        base_d, exponent_d = base.detach(), exponent.detach()
-        value = base_d._pow_value(exponent_d)
-        base_grad = (exponent_d == 0).where(0.0, exponent_d * base_d._pow_value(exponent_d - 1))
-        log_base = (base_d < 0).where(math.nan, base_d._float().log())
-        exponent_grad = ((base_d == 0) & (exponent_d >= 0)).where(0.0, value * log_base)
-        return Tensor(UOp(Ops.CUSTOM, value.dtype, (value.uop, base.uop, exponent.uop, base_grad.uop, exponent_grad.uop), _explicit_gradients),
+        # at a zero or infinite base; the gradients are PyTorch's formulas instead (_PowGradient)
+        value = base.detach()._pow_value(exponent.detach())
+        return Tensor(UOp(Ops.CUSTOM, value.dtype, (value.uop, base.uop, exponent.uop), _PowGradient(None)),
                       requires_grad=base._grad_flag(exponent))
     def _pow_scalar(self, x: int | float) -> "Tensor | None":
         """self ** x by multiplication, sqrt or reciprocal for the exponents that have such a form, else None."""

@@ -361,3 +361,41 @@ def test_a_big_reduce_over_a_prime_axis_is_split_too(rng, shape, axis):
                                   (lambda: (-Tensor(ints).abs() - 5).max(axis), (-np.abs(ints) - 5).max(axis), 0)]:
         assert count_kernels(build()) == 2
         np.testing.assert_allclose(build().numpy(), expected, rtol=rtol)
+
+# ---------------------------------------------------------------- gradients of gradients
+
+POWERS = {"x**3": lambda x: x ** 3, "x**2": lambda x: x ** 2, "x**3.0": lambda x: x.pow(3.0), "x**-1": lambda x: x ** -1,
+          "x**-2": lambda x: x ** -2, "x**2.5": lambda x: x ** 2.5, "x**0.5": lambda x: x ** 0.5, "x**0": lambda x: x ** 0,
+          "x**x": lambda x: x ** x, "2**x": lambda x: 2.0 ** x, "x**(x/2)": lambda x: x ** (x / 2)}
+
+@pytest.mark.parametrize("name", POWERS)
+@pytest.mark.parametrize("realize_first", [False, True])
+def test_second_derivatives_of_powers_match_torch(name, realize_first):
+    """pow's gradients are PyTorch's formulas (not the chain rule through exp2/log2): built from the inputs themselves,
+    they are differentiable again, whether the first gradient is realized before the second is asked for."""
+    values = [0.5, 2.0, 1.5]
+    x = Tensor(values, requires_grad=True)
+    first = POWERS[name](x).sum().gradient(x)[0]
+    if realize_first: first.realize()
+    second = first.sum().gradient(x)[0]
+    tx = torch.tensor(values, dtype=torch.float64, requires_grad=True)
+    t_first, = torch.autograd.grad(POWERS[name](tx).sum(), tx, create_graph=True)
+    t_second = torch.autograd.grad(t_first.sum(), tx)[0] if t_first.requires_grad else torch.zeros(3)
+    np.testing.assert_allclose(first.numpy(), t_first.detach().numpy(), rtol=1e-5)
+    np.testing.assert_allclose(second.numpy(), t_second.numpy(), rtol=1e-5, atol=1e-6)
+
+def test_gradient_penalty_through_a_realized_input_gradient_matches_torch():
+    w_np, x_np = np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[0.5, -1.0]])
+    w, x = Tensor(w_np, requires_grad=True), Tensor(x_np, requires_grad=True)
+    gx, = (x @ w).tanh().sum().gradient(x)
+    (gx.realize() ** 2).sum().backward()
+    tw, tx = torch.tensor(w_np, requires_grad=True), torch.tensor(x_np, requires_grad=True)
+    t_gx, = torch.autograd.grad((tx @ tw).tanh().sum(), tx, create_graph=True)
+    (t_gx ** 2).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+def test_gradient_of_an_unrelated_target_is_zeros():
+    """tinygrad 0.14's rule: a target the tensor doesn't depend on gets zeros (not an error)."""
+    x, y = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0, 4.0, 5.0], requires_grad=True)
+    dx, dy = (x * 2).sum().gradient(x, y)
+    assert dx.tolist() == [2.0, 2.0] and dy.tolist() == [0.0, 0.0, 0.0]
