@@ -145,11 +145,22 @@ pm_gradient = PatternMatcher([
     (UPat(Ops.CONTIGUOUS, name="ret"), lambda ctx, ret: (ctx,)),
     (UPat(Ops.CONTIGUOUS_BACKWARD, name="ret"), lambda ctx, ret: (UOp(Ops.CONTIGUOUS, ctx.dtype, (ctx,)),)),
     (UPat(Ops.COPY, name="ret"), lambda ctx, ret: (UOp(Ops.COPY, ctx.dtype, (ctx,), ret.src[0].device),)),
-    (UPat(Ops.ASSIGN, name="ret"), lambda ctx, ret: (None, ctx)),
+    (UPat(Ops.ASSIGN, name="ret"), lambda ctx, ret: _assign_gradient(ret, ctx)),
     (UPat(Ops.MULTI, name="ret"), lambda ctx, ret: _multi_gradient(ret, ctx)),
     # an explicit gradient: src[0] is the value, arg(ret, grad) gives the gradients of src[1:]
     (UPat(Ops.CUSTOM, name="ret"), lambda ctx, ret: (None,) + tuple(ret.arg(ret, ctx))),
 ])
+
+def _assign_gradient(ret: UOp, grad: UOp) -> tuple[UOp | None, UOp]:
+    """``ASSIGN(identity, value, arg=chain)`` is the buffer after writing ``value`` into the view ``chain`` of it
+    (indexing.py): the value gets the gradient of that view, and the old contents get the gradient of the positions
+    the write left alone (none when it wrote the whole buffer)."""
+    if not ret.arg: return None, grad
+    from fusegrad.indexing import apply_chain, merge_through   # (the front end's view helpers: built with Tensor ops)
+    from fusegrad.tensor import Tensor
+    value = ret.src[1]
+    kept = merge_through(Tensor(grad), ret.arg, Tensor(UOp.const(grad.dtype, 0, grad.device, value.shape)))
+    return kept.uop, apply_chain(grad, ret.arg)
 
 def _multi_gradient(ret: UOp, grad: UOp) -> tuple[UOp, ...]:
     """Each shard of a multi-device tensor gets its part of the gradient (schedule/multi.py)."""

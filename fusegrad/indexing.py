@@ -226,7 +226,7 @@ def apply_chain(u: UOp, chain: tuple) -> UOp:
     for op, arg in chain: u = UOp(op, u.dtype, (u,), arg)
     return u
 
-def _merge_through(base: "Tensor", chain: tuple, value: "Tensor") -> "Tensor":
+def merge_through(base: "Tensor", chain: tuple, value: "Tensor") -> "Tensor":
     """``base`` with the region that ``chain`` views replaced by ``value`` (a functional write:
     the inverse of each movement op, and a mask of the written positions)."""
     from fusegrad.tensor import Tensor
@@ -325,7 +325,7 @@ def assign(target: "Tensor", x: Any) -> "Tensor":
         if view_pieces(storage.shape, multi_axis(storage), len(storage.device), chain) is None:
             # a view that mixes the split axis with others (a reshape across it): write the whole
             # tensor with the view's region replaced
-            merged = _merge_through(Tensor(storage, requires_grad=False), chain, value)
+            merged = merge_through(Tensor(storage, requires_grad=False), chain, value)
             _replace_everywhere(storage, UOp(Ops.ASSIGN, storage.dtype, (storage, merged.uop)))
             return target
         # each shard writes only the part of the view it holds (schedule/multi.py, view_pieces)
@@ -396,7 +396,7 @@ def setitem(x: "Tensor", indices: Any, value: Any) -> None:
     if (not realized and dtypes.is_float(x.dtype)) or not (realized or masks or advanced):
         # nothing to write into yet: x becomes the written value (a graph, with gradients)
         _, chain = view_chain(view.uop, stop=x.uop)
-        x.replace(_merge_through(x, chain, new_value._broadcast_to(view.shape)))
+        x.replace(merge_through(x, chain, new_value._broadcast_to(view.shape)))
         return
     view.assign(new_value)
 

@@ -130,3 +130,28 @@ def test_gradient_through_advanced_setitem():
     (tx * tx).sum().backward()
     np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=1e-6)
     np.testing.assert_allclose(b.grad.numpy(), tb.grad.numpy(), rtol=1e-6)
+
+def _write_into_buffer(lib, x, realize):
+    """Writes of pieces of ``x`` into a fresh zero buffer, several views in turn (``lib``: fusegrad's Tensor or torch)."""
+    z = lib.zeros(4, 3)
+    if lib is Tensor: z = z.contiguous().realize() if realize else z.contiguous()
+    z[1:3, 1:] = x[:4].reshape(2, 2) * 2      # a slice
+    z[0] = x[4:7]                              # a row
+    z[2:, :2] = x[7:11].reshape(2, 2) + 1      # overlaps the first write: its (2, 1) element is overwritten
+    z[1::2, 2] = x[11:13]                      # a step: rows 1 and 3
+    z[[0, 3], [1, 0]] = x[13:15] * 3           # advanced indices
+    return z
+
+@pytest.mark.parametrize("realize", [False, True], ids=["lazy_buffer", "realized_buffer"])
+def test_gradient_through_writes_into_a_buffer(realize):
+    """The value written into a view of a buffer gets the gradient of that view, and what an earlier write put there
+    gets the gradient of the positions later writes left alone (as PyTorch's)."""
+    x_np, w_np = np.arange(1, 16, dtype=np.float32), np.arange(12, dtype=np.float32).reshape(4, 3)
+    x = Tensor(x_np, requires_grad=True)
+    z = _write_into_buffer(Tensor, x, realize)
+    (z * Tensor(w_np)).sum().backward()
+    tx = torch.tensor(x_np, requires_grad=True)
+    tz = _write_into_buffer(torch, tx, realize)
+    (tz * torch.tensor(w_np)).sum().backward()
+    np.testing.assert_allclose(z.numpy(), tz.detach().numpy())
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())
