@@ -461,12 +461,14 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
 
     def contiguous(self) -> "Tensor":
         """This tensor laid out densely in memory. A realized tensor that already is a whole
-        buffer is returned as it is (no copy); use clone() for a copy.
+        buffer gives a new tensor reading the same buffer (no copy; use clone() for one). A new tensor, not
+        ``self`` (tinygrad's rule): a later ``self.assign(...)`` or ``self += 1`` changes ``self``, and this
+        one reads the buffer as it is when realized.
 
         >>> Tensor([[1, 2], [3, 4]]).T.contiguous().tolist()
         [[1, 3], [2, 4]]
         """
-        if _is_plain(self.uop) and self._is_realized(): return self
+        if _is_plain(self.uop) and self._is_realized(): return Tensor(self.uop, requires_grad=None if self.requires_grad else self.requires_grad)
         if self.uop.base.op is Ops.CONST and isinstance(self.device, str) and all_int(self.shape) and self.numel() > 0:
             # equal constants are one interned UOp, so CONTIGUOUS(CONST) made twice would be one graph and,
             # realized together, one buffer: [Tensor.zeros(n).contiguous() for _ in layers] (KV caches, state)

@@ -426,3 +426,19 @@ def test_readers_of_a_node_found_in_one_walk():
     reads = UOp.reaching([t.uop for t in readers], (a.uop,))
     assert [reads[t.uop] for t in readers] == [True, True, False]
     assert reads[a.uop] and not reads[b.uop]
+
+def test_contiguous_of_a_realized_buffer_is_a_new_tensor():
+    """tinygrad's rule: ``c = a.contiguous()`` on a realized buffer reads that buffer without a copy, but it is not
+    ``a``: a later assign to ``a`` changes ``a`` (and the memory once it runs), not what ``c`` read before that."""
+    a = Tensor([1.0, 2.0, 3.0]).realize()
+    c = a.contiguous()
+    assert c is not a and c.uop is a.uop   # the same buffer, no copy
+    a.assign(Tensor([0.0, 0.0, 0.0]))
+    assert c.tolist() == [1.0, 2.0, 3.0] and a.tolist() == [0.0, 0.0, 0.0]
+    b = Tensor([1.0, 2.0]).realize()
+    d = b.contiguous()
+    b += 1
+    assert d.tolist() == [1.0, 2.0] and b.tolist() == [2.0, 3.0]
+    w = Tensor([3.0], requires_grad=True).realize()
+    (w.contiguous() * w).sum().backward()   # the new tensor is still w's value for autograd
+    assert w.grad.tolist() == [6.0]
