@@ -18,7 +18,7 @@ from fusegrad.device import Device, Buffer, MallocAllocator
 from fusegrad.schedule import create_schedule, ScheduleItem
 from fusegrad.schedule.tensor_rules import const_value   # (module level: _is_realized_uop runs on every realize)
 from fusegrad.buffers import new_buffer_uop, buffer_of, BUFFERS
-from fusegrad.engine.realize import run_schedule, capturing
+from fusegrad.engine.realize import run_schedule, capturing, shape_guards
 from fusegrad.uop.alu import threefry2x32
 from fusegrad.gradient import record_origins, split_reduce   # (module level: an import inside _apply_becomes cost ~1.4 us per realize)
 from fusegrad.mixins.processing import ProcessingMixin
@@ -1434,6 +1434,14 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             if not (isinstance(b, (int, UOp)) and isinstance(e, (int, UOp))) or isinstance(b, bool) or isinstance(e, bool):
                 raise TypeError(f"shrink bounds must be ints or bound Variables, got {bounds}")
             if not (_holds(0, b) and _holds(b, e) and _holds(e, s)): raise ValueError(f"invalid shrink {bounds} for shape {self.shape}")
+            # where the variables' ranges can't decide it, their bound values must: a read past the end of a concrete
+            # dimension is never what was meant (tinygrad would read out of bounds). (Ints past a symbolic dimension
+            # are clamped to its Variable's maximum, tinygrad's rule, and stay allowed.)
+            conditions = ((0, b), (b, e)) + (((e, s),) if isinstance(s, int) else ())
+            if not all(_holds_now(x, y) for x, y in conditions):
+                raise ValueError(f"invalid shrink {bounds} for shape {self.shape}: out of range with the variables' bound values")
+            # a TinyJit capturing this shrink checks the bounds again with each replay's values
+            if shape_guards: shape_guards[-1].extend((_unbound(x), _unbound(y)) for x, y in conditions if isinstance(x, UOp) or isinstance(y, UOp))
         if all(b == (0, s) for b, s in zip(bounds, self.shape)): return self
         return self._apply(Ops.SHRINK, arg=bounds)
     def pad(self, padding: Sequence, mode: str = "constant", value: float = 0.0) -> "Tensor":
@@ -2761,11 +2769,26 @@ def _holds(small: Any, large: Any) -> bool:
     if isinstance(small, int) and isinstance(large, int): return small <= large
     return resolve(sint_to_uop(large - small) >= 0, True)
 
+def _holds_now(small: Any, large: Any) -> bool:
+    """``small <= large`` with every bound variable at its bound value (unbound variables: assumed to hold)."""
+    values = [_bound_value(v) if isinstance(v, UOp) and _fully_bound(v) else v for v in (small, large)]
+    if all(isinstance(v, int) for v in values): return values[0] <= values[1]
+    return True
+
+def _unbound(size: Any) -> Any:
+    """A size with its bound variables' bindings removed (the expression of the variables themselves)."""
+    if not isinstance(size, UOp): return size
+    return size.substitute({b: b.src[0] for b in size.toposort if b.op is Ops.BIND})
+
+def _fully_bound(size: UOp) -> bool:
+    bound = {x.src[0] for x in size.toposort if x.op is Ops.BIND}
+    return all(x in bound for x in size.toposort if x.op is Ops.DEFINE_VAR)
+
 def _bound_value(size: UOp) -> int:
     """The current value of a size made of bound variables."""
     from fusegrad.uop.ops import sym_infer
     binds = {x.src[0]: x.src[1].arg for x in size.toposort if x.op is Ops.BIND}
-    return sym_infer(size.substitute({b: b.src[0] for b in size.toposort if b.op is Ops.BIND}), binds)
+    return sym_infer(_unbound(size), binds)
 
 def _is_realized_uop(u: UOp) -> bool:
     """A view of an allocated buffer or a constant (a multi-device tensor: every shard is)."""

@@ -43,8 +43,8 @@ from typing import Any, Callable, Generic, TypeVar
 from fusegrad.device import Buffer, Device
 from fusegrad.buffers import BUFFERS, buffer_of, new_buffer_uop
 from fusegrad.helpers import DEBUG, JIT, PROFILE, GlobalCounters
-from fusegrad.uop.ops import UOp, Ops, GroupOp
-from fusegrad.engine.realize import ExecItem, BufferCopy, capturing, CompiledRunner, _update_stats
+from fusegrad.uop.ops import UOp, Ops, GroupOp, sym_infer, render_expr
+from fusegrad.engine.realize import ExecItem, BufferCopy, capturing, shape_guards, CompiledRunner, _update_stats
 
 ReturnType = TypeVar("ReturnType")
 
@@ -316,6 +316,7 @@ class CapturedJit:
     graph: Any = None
     written_storage: set[int] = field(default_factory=set)   # ids of the base buffers the replay writes (inputs aside)
     outputs_have_inputs: bool = False
+    shape_guards: list[tuple[Any, Any]] = field(default_factory=list)   # (small, large) sizes: small <= large for every replay
     _replay_totals: tuple[int, int, int] | None = field(default=None, repr=False)   # (kernels, ops, bytes) of one replay
     _last_inputs: list | None = field(default=None, repr=False)   # per input: (weakref to the UOp last checked, its bound values)
 
@@ -401,7 +402,8 @@ class CapturedJit:
                                              if b is not None and id(b.base) in self.written_storage}.values()]
         return {"table": table, "items": items, "input_slots": self.input_slots, "input_shapes": input_shapes,
                 "signatures": self.signatures, "constants": self.constants, "outputs": outputs, "variables": self.variables,
-                "written": written, "outputs_have_inputs": self.outputs_have_inputs, "use_graph": self.graph is not None}
+                "written": written, "outputs_have_inputs": self.outputs_have_inputs, "use_graph": self.graph is not None,
+                "shape_guards": self.shape_guards}
 
     def __setstate__(self, state: dict) -> None:
         from fusegrad.tensor import Tensor
@@ -426,6 +428,7 @@ class CapturedJit:
         self.written_storage = {id(buffers[i].base) for i in state["written"]}
         self._keep_alive = buffers
         self.outputs_have_inputs = state["outputs_have_inputs"]
+        self.shape_guards = state.get("shape_guards", [])
         n_inputs = max(self.input_slots, default=-1) + 1
         self.graph = _make_graph(self.jit_cache, [stand_ins.get(k) for k in range(n_inputs)]) if state["use_graph"] else None
 
@@ -502,12 +505,15 @@ class TinyJit(Generic[ReturnType]):
     def _capture(self, args: tuple, kwargs: dict, inputs: list, constants: list) -> ReturnType:
         from fusegrad.tensor import Tensor
         recorded: list[ExecItem] = []
+        guards: list[tuple[Any, Any]] = []
         capturing.append(recorded.append)
+        shape_guards.append(guards)
         try:
             result = self.fxn(*args, **kwargs)  # type: ignore[misc]
             _realize_outputs(result)
         finally:
             capturing.remove(recorded.append)
+            shape_guards.remove(guards)
         if not recorded:
             raise JitError("the jitted function ran no kernel, so there is nothing to capture: return tensors computed from "
                            "the inputs and realize them (.realize()), or don't wrap this function in TinyJit")
@@ -532,7 +538,7 @@ class TinyJit(Generic[ReturnType]):
         if DEBUG >= 1: print(f"JIT captured {len(recorded)} kernels with {len(input_buffers)} inputs")
         self.captured = CapturedJit(recorded, input_slots, [(name, _signature(t)) for name, t in inputs], constants, outputs,
                                     list(dict.fromkeys(var for _, v in inputs for var in _bound_values(v))), written_storage=written_storage,
-                                    outputs_have_inputs=outputs_have_inputs)
+                                    outputs_have_inputs=outputs_have_inputs, shape_guards=list(dict.fromkeys(guards)))
         # JIT=2: replay kernel by kernel, without the device graph
         self.captured.graph = _make_graph(recorded, input_buffers) if JIT < 2 else None
         self.count = 2
@@ -559,6 +565,7 @@ class TinyJit(Generic[ReturnType]):
             if bufs is None: buffers.append(None)
             else: buffers.extend(bufs)
         var_vals = {var: val for values in bound for var, val in values.items()} if any(bound) else {}
+        if var_vals and captured.shape_guards: _check_shape_guards(captured.shape_guards, var_vals)
         used = captured.replay(buffers, var_vals)
         if var_vals: _rebind_outputs(captured.outputs, var_vals)
         if not captured.outputs_have_inputs: return captured.outputs
@@ -569,6 +576,16 @@ class TinyJit(Generic[ReturnType]):
             if isinstance(t, Tensor) and used[index] is not buffers[index]: t = _tensor_over(used[index], t)
             returned_inputs.append(t if isinstance(t, Tensor) else None)
         return _resolve_outputs(captured.outputs, returned_inputs)
+
+def _check_shape_guards(guards: list[tuple[Any, Any]], var_vals: dict[UOp, int]) -> None:
+    """Raise ValueError, before any kernel runs, when this replay's variable values break a size condition the
+    capture's shrinks relied on (their kernels would read past the end of a buffer)."""
+    for small, large in guards:
+        if (a := sym_infer(small, var_vals)) > (b := sym_infer(large, var_vals)):
+            names = ", ".join(f"{v.arg[0]}={value}" for v, value in var_vals.items())
+            raise ValueError(f"TinyJit: with {names}, a shrink the capture made is out of range: {_expr(small, a)} > {_expr(large, b)}")
+
+def _expr(size: Any, value: int) -> str: return f"{render_expr(size)} (= {value})" if isinstance(size, UOp) else str(value)
 
 def _rebind_outputs(outputs: Any, var_vals: dict[UOp, int]) -> None:
     """Returned tensors whose shape has a bound Variable get this call's value of it, so they read

@@ -146,6 +146,11 @@ def _update_stats(prg: Runner, var_vals: dict[UOp, int], elapsed: float | None, 
 
 capturing: list[Callable[[ExecItem], None]] = []
 
+# Conditions ``small <= large`` on symbolic sizes that the front end checked with the variables' bound values (a
+# symbolic shrink's bounds within its dimension). A TinyJit capture collects them here and checks them again with
+# every replay's values: a replay can't run its kernels with a value that reads past the end of a buffer.
+shape_guards: list[list[tuple[Any, Any]]] = []
+
 # ---------------------------------------------------------------- compile times and the DEBUG=2 summary
 
 kernel_times: collections.defaultdict[str, list[float]] = collections.defaultdict(list)   # name -> run times (DEBUG>=2)

@@ -74,3 +74,23 @@ def test_multi_device_input_with_a_symbolic_dim():
         np.testing.assert_allclose(step(x).numpy(), data[:, :n] * 2 + 1)
         sizes.append(len(step.jit_cache))
     assert len(set(sizes[1:])) == 1   # the capture is never redone
+
+def test_a_shrink_past_the_end_is_refused_eagerly_and_on_replay():
+    """A Variable's range may be wider than the dimension it slices (tinygrad assumes the best then); its bound value
+    decides. Out of range, the eager shrink raises, and so does a replay with such a value, before any kernel runs
+    (it would read past the end of the buffer), also for a capture that went through pickle."""
+    import pickle
+    base = Tensor([1.0] * 10).realize()
+    for bound in (11, 1000, 10 ** 7):
+        with pytest.raises(ValueError, match="invalid shrink"): base.shrink(((0, Variable("i", 1, 10 ** 8).bind(bound)),))
+        with pytest.raises(ValueError, match="invalid shrink"): base[:Variable("j", 1, 10 ** 8).bind(bound)]
+    @TinyJit
+    def head_sum(v): return (base[:v].sum() * 1).realize()
+    for value in (3, 4, 10, 7):
+        assert head_sum(Variable("i", 1, 10 ** 8).bind(value)).item() == value
+    for value in (11, 10 ** 7):
+        with pytest.raises(ValueError, match=f"i=\\d+, a shrink the capture made is out of range"):
+            head_sum(Variable("i", 1, 10 ** 8).bind(value))
+    loaded = pickle.loads(pickle.dumps(head_sum))
+    with pytest.raises(ValueError, match="out of range"): loaded(Variable("i", 1, 10 ** 8).bind(50))
+    assert loaded(Variable("i", 1, 10 ** 8).bind(6)).item() == 6
