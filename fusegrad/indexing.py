@@ -297,7 +297,7 @@ def assign(target: "Tensor", x: Any) -> "Tensor":
     """``target.assign(x)``: write ``x`` into the buffer ``target`` views (see the note above)."""
     from fusegrad.tensor import Tensor
     value = _checked_value(target, x)
-    if target.uop is value.uop: return target
+    if target.uop is value.uop or 0 in target.shape: return target   # (an empty view: nothing to write)
     u = target.uop
     if _is_storage(u) or (u.op is Ops.RESHAPE and _is_storage(u.src[0])):
         # the tensor is the whole buffer: only it changes (other lazy reads of the buffer see it
@@ -397,6 +397,12 @@ def setitem(x: "Tensor", indices: Any, value: Any) -> None:
         # nothing to write into yet: x becomes the written value (a graph, with gradients)
         _, chain = view_chain(view.uop, stop=x.uop)
         x.replace(merge_through(x, chain, new_value._broadcast_to(view.shape)))
+        return
+    new_value = _checked_value(view, new_value)   # (a shape, dtype or device error before anything is written)
+    _, chain = view_chain(view.uop, stop=x.uop)
+    if view is not x and all(op is Ops.RESHAPE for op, _ in chain):
+        # the view is all of x reshaped (``t[0]`` of a one-element dim, ``t[None]``): the write is x's
+        x.assign(new_value.reshape(x.shape))
         return
     view.assign(new_value)
 

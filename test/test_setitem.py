@@ -155,3 +155,37 @@ def test_gradient_through_writes_into_a_buffer(realize):
     (tz * torch.tensor(w_np)).sum().backward()
     np.testing.assert_allclose(z.numpy(), tz.detach().numpy())
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())
+
+@pytest.mark.parametrize("realize", [False, True], ids=["lazy", "realized"])
+@pytest.mark.parametrize("shape,index,value", [
+    ((4, 1), (slice(None), slice(1, None)), -1.0),    # an empty region of a one-element dim: nothing is written
+    ((1,), slice(1, None), -1.0),
+    ((4, 1), (slice(None), slice(0, 0)), -1.0),
+    ((1, 4), slice(1, None), -1.0),
+    ((1,), 0, 5.0),                                   # the view is all of the tensor, reshaped
+    ((1, 1), (0, 0), 5.0),
+    ((1, 3), 0, 5.0),
+    ((5,), (None, [0, 2]), 10.0),                     # None, then an advanced index
+    ((5,), (None, "tensor"), 10.0),
+])
+def test_setitem_edge_views_match_numpy(shape, index, value, realize):
+    index = tuple(Tensor([0, 2]) if i == "tensor" else i for i in index) if isinstance(index, tuple) else index
+    np_index = tuple(np.array([0, 2]) if isinstance(i, Tensor) else i for i in index) if isinstance(index, tuple) else index
+    expected = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    expected[np_index] = value
+    t = Tensor(np.arange(np.prod(shape), dtype=np.float32).reshape(shape)).contiguous()
+    if realize: t.realize()
+    t[index] = value
+    np.testing.assert_array_equal(t.numpy(), expected)
+
+def test_empty_view_assign_writes_nothing():
+    t = Tensor.zeros(4, 1).contiguous().realize()
+    view = t[:, 1:]
+    view.assign(Tensor.full((4, 0), -1.0))
+    assert t.tolist() == [[0.0]] * 4 and view.shape == (4, 0)
+    with pytest.raises(ValueError, match="shape mismatch"): t[:, 1:] = Tensor.ones(3, 2)
+
+def test_counter_of_one_element_increments():
+    counter = Tensor([0.0]).contiguous().realize()
+    for _ in range(3): counter[0] += 1
+    assert counter.tolist() == [3.0]
