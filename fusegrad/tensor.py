@@ -1234,6 +1234,8 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         tensor's bounds, so ``int32_t < 2**40`` is all True and ``int32_t.maximum(2**40)`` is 2**40 wrapped to
         int32 (0); arithmetic (+, *, &, ...) wraps the literal first, which gives the same result modulo 2**32."""
         dtype = self.dtype
+        # (a bool tensor meets an int literal as the default int, like in every binary op)
+        if dtype == dtypes.bool and isinstance(y, int) and not isinstance(y, bool): return self.cast(dtypes.default_int)._with_big_int_literal(op, y, reverse)
         if isinstance(y, bool) or not isinstance(y, int) or not dtypes.is_int(dtype) or dtypes.is_weak(dtype): return None
         if dtype.min <= y <= dtype.max: return None   # type: ignore[operator]
         above = y > dtype.max   # type: ignore[operator]
@@ -2370,9 +2372,19 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
                 return a._floordiv_int(b)
             quotient = a._apply(Ops.FDIV, b)
             return quotient.trunc() if rounding_mode == "trunc" else quotient.floor()
-        float_dtype = least_upper_float(a.dtype) if not dtypes.is_weak(a.dtype) else dtypes.default_float
-        a, b = a.cast(float_dtype), b.cast(float_dtype)
-        return a._apply(Ops.FDIV, b)
+        return self._true_divide(x, reverse)
+    def _true_divide(self, x: Any, reverse: bool) -> "Tensor":
+        """``self / x`` (``x / self`` with ``reverse``). The result's float dtype comes from the operands' dtypes (ints
+        give the default float), and each operand becomes that float before the division: a Python number or a
+        literal's tensor is never first stored in an int tensor's dtype (``uint8 / 256`` wrapped 256 to 0). A float16 or
+        bfloat16 tensor divided by a Python number divides in float32 and rounds once (``half / 1e5``: 1e5 has no half)."""
+        other_dtype = x.dtype if isinstance(x, Tensor) else dtypes.from_py(x) if isinstance(x, (bool, int, float)) else None
+        strong = [d for d in (self.dtype, other_dtype) if d is not None and not dtypes.is_weak(d)]
+        float_dtype = least_upper_float(least_upper_dtype(*strong)) if strong else dtypes.default_float
+        compute_dtype = dtypes.float32 if float_dtype in (dtypes.float16, dtypes.bfloat16) and not isinstance(x, Tensor) else float_dtype
+        other = x.cast(compute_dtype) if isinstance(x, Tensor) else x
+        a, b = self.cast(compute_dtype)._broadcasted(other, reverse)
+        return a._apply(Ops.FDIV, b).cast(float_dtype)
     def _floordiv_int(self, b: "Tensor") -> "Tensor":
         q = self._apply(Ops.IDIV, b)
         adjust = (self._apply(Ops.MOD, b).ne(0)) & ((self < 0).ne(b < 0))
@@ -2417,6 +2429,11 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if isinstance(x, int) and not isinstance(x, bool) and x < 0 and not dtypes.is_float(self.dtype):
             # tinygrad's rule: an int result with a negative Python int exponent (or base) would be 1/n, not an int
             raise RuntimeError(f"the base needs to be float for a negative int constant ({x}), got a {self.dtype} tensor; cast it first")
+        if not reverse and not isinstance(x, bool) and isinstance(x, (int, float)) and not dtypes.is_float(self.dtype):
+            # the literal's kind decides the result's, as in every binary op: an int or bool tensor to a float power is
+            # a float (``Tensor([100000]) ** 2.0`` is 1e10, not an int32 that wrapped), a bool tensor to an int power an int
+            if isinstance(x, float): return self.cast(dtypes.default_float).pow(x)
+            if self.dtype == dtypes.bool: return self.cast(dtypes.default_int).pow(x)
         if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool):
             if not dtypes.is_float(self.dtype) or self.requires_grad is False:
                 if (fast := self._pow_scalar(x)) is not None: return fast

@@ -82,3 +82,42 @@ def test_int64_uint64_result_joins_a_half_as_half():
 def test_least_upper_dtype_errors():
     with pytest.raises(TypeError, match="at least one"): least_upper_dtype()
     with pytest.raises(TypeError, match="promotion"): least_upper_dtype(dtypes.void, dtypes.int8)
+
+# ---------------------------------------------------------------- literals in division, powers and comparisons
+
+@pytest.mark.parametrize("values,dtype,divisor,reverse", [
+    ([128, 255], dtypes.uint8, 256, False),     # the literal doesn't fit the tensor's dtype: it is never stored in it
+    ([3, -128], dtypes.int8, 128, False),
+    ([3, 250], dtypes.uint8, -3, False),
+    ([-3, 7], dtypes.int8, 300, True),
+    ([-7, 7], dtypes.int32, 2 ** 33, False),
+    ([100.0, 3.0], dtypes.float16, 1e5, False),   # 1e5 has no half: divided in float32, rounded once
+    ([6.0, 1.0], dtypes.float16, 7e4, True),
+])
+def test_true_division_by_a_literal_matches_numpy(values, dtype, divisor, reverse):
+    import torch
+    x = Tensor(values, dtype=dtype)
+    got = divisor / x if reverse else x / divisor
+    torch_dtypes = {dtypes.uint8: torch.uint8, dtypes.int8: torch.int8, dtypes.int32: torch.int32, dtypes.float16: torch.float16}
+    reference = torch.tensor(values, dtype=torch_dtypes[dtype])
+    expected = (divisor / reference if reverse else reference / divisor)
+    assert got.dtype == (dtypes.float16 if dtype == dtypes.float16 else dtypes.float32)
+    np.testing.assert_allclose(got.numpy().astype(np.float64), expected.numpy().astype(np.float64), rtol=1e-3 if dtype == dtypes.float16 else 1e-6)
+
+def test_true_division_by_a_literal_tensor_of_another_kind():
+    got = Tensor([128, 255], dtype=dtypes.uint8) / Tensor(-3)   # a literal's tensor (weak int) becomes float first too
+    np.testing.assert_allclose(got.numpy(), [-128 / 3, -85.0], rtol=1e-6)
+
+@pytest.mark.parametrize("dtype", [dtypes.int32, dtypes.uint8, dtypes.bool])
+@pytest.mark.parametrize("exponent", [2.0, 3.0, 0.0, 0.5])
+def test_int_or_bool_tensor_to_a_float_power_is_float(dtype, exponent):
+    values = [True, False] if dtype == dtypes.bool else [100000, 3] if dtype == dtypes.int32 else [2, 3]
+    got = Tensor(values, dtype=dtype) ** exponent
+    assert got.dtype == dtypes.float32
+    np.testing.assert_allclose(got.numpy(), np.array(values, dtype=np.float64) ** exponent, rtol=1e-6)
+
+def test_bool_tensor_to_an_int_power_and_compared_with_big_ints():
+    t = Tensor([True, False])
+    assert (t ** 2).dtype == dtypes.int32 and (t ** 2).tolist() == [1, 0]
+    assert (t < 2 ** 33).tolist() == [True, True] and (t == 2 ** 33).tolist() == [False, False]
+    assert (t > -2 ** 40).tolist() == [True, True] and (t != 2 ** 33).tolist() == [True, True]
