@@ -6,7 +6,7 @@ column 0. Tensor/list indices (advanced indexing) compare the index with an aran
 one-hot mask per indexed dim and sum it away, all lazily and fused.
 """
 from __future__ import annotations
-import math
+import math, numbers
 from typing import Any, TYPE_CHECKING
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import prod
@@ -15,7 +15,14 @@ if TYPE_CHECKING: from fusegrad.tensor import Tensor
 
 def _normalize(indices: Any) -> list:
     if not isinstance(indices, tuple): indices = (indices,)
-    return list(indices)
+    return [_numpy_int(i) for i in indices]
+
+def _numpy_int(index: Any) -> Any:
+    """A numpy integer (``np.int64(2)``, a 0-d int array) is the Python int it holds: a plain index, bounds-checked
+    like one (as a 0-d tensor index, an out-of-range value read 0 and wrote nothing)."""
+    if type(index).__module__ == "numpy" and isinstance(index, numbers.Integral): return int(index)
+    if type(index).__module__ == "numpy" and getattr(index, "ndim", None) == 0 and index.dtype.kind in "iu": return int(index)
+    return index
 
 def _is_advanced(index: Any) -> bool:
     from fusegrad.tensor import Tensor

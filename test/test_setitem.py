@@ -189,3 +189,15 @@ def test_counter_of_one_element_increments():
     counter = Tensor([0.0]).contiguous().realize()
     for _ in range(3): counter[0] += 1
     assert counter.tolist() == [3.0]
+
+def test_numpy_integers_index_like_python_ints():
+    """``np.int64(i)`` and 0-d int arrays are plain indices, bounds-checked (as 0-d tensor indices an out-of-range one
+    read 0 and wrote nothing)."""
+    t = Tensor.arange(5)
+    assert t[np.int64(2)].item() == 2 and t[np.int32(-1)].item() == 4 and t[np.array(3)].item() == 3
+    for bad in (np.int64(7), np.int64(-9), np.array(5)):
+        with pytest.raises(IndexError, match="out of bounds"): t[bad]
+    x = Tensor.zeros(5).contiguous().realize()
+    with pytest.raises(IndexError, match="out of bounds"): x[np.int64(9)] = 3.0
+    x[np.uint8(2)] = 3.0
+    assert x.tolist() == [0.0, 0.0, 3.0, 0.0, 0.0]
