@@ -8,7 +8,7 @@ graph is scheduled into fused kernels, compiled and run.
 [4.0, 7.0]
 """
 from __future__ import annotations
-import dataclasses, functools, hashlib, itertools, math, struct, weakref
+import dataclasses, functools, hashlib, itertools, math, numbers, struct, weakref
 from typing import Any, Callable, Iterable, Sequence
 from fusegrad.dtype import (DType, dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype, to_dtype, to_np_dtype,
                             from_np, ConstType)
@@ -686,10 +686,9 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     # ---------------------------------------------------------------- creation
     @staticmethod
     def _shape_arg(shape: tuple) -> tuple:
-        shape = argfix(*shape)
+        shape = _int_sizes(argfix(*shape), allow_bool=True)
         for s in shape:
-            if not isinstance(s, (int, UOp)) or (isinstance(s, int) and s < 0):
-                raise RuntimeError(f"invalid shape {shape}: sizes must be non-negative ints")
+            if isinstance(s, int) and s < 0: raise ValueError(f"invalid shape {shape}: sizes can't be negative")
         return shape
     @staticmethod
     def empty(*shape, device: str | None = None, dtype: DType | str | None = None, **kwargs) -> "Tensor":
@@ -1162,7 +1161,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             y = x._to_tensor(y)
         if x.device != y.device:
             if isinstance(x.device, tuple) == isinstance(y.device, tuple):
-                raise ValueError(f"tensors are on different devices: {x.device} and {y.device}")
+                raise RuntimeError(f"tensors are on different devices: {x.device} and {y.device}")
             # a single-device operand of a multi-device op is copied to every device (each takes the part it needs)
             if isinstance(x.device, tuple): y = y.to(x.device)
             else: x = x.to(y.device)
@@ -1365,6 +1364,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if all(type(s) is int and s >= 0 for s in shape) and all(type(s) is int for s in current) and prod(shape) == prod(current):
             return self._apply(Ops.RESHAPE, arg=shape)
         if any(s is None for s in shape): shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
+        shape = _int_sizes(shape)
         if shape.count(-1) > 1: raise RuntimeError(f"reshape can infer only one dimension, got {shape}")
         if -1 in shape:
             known = prod(s for s in shape if s != -1)
@@ -1390,7 +1390,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         >>> Tensor([[1], [2]]).expand(2, 3).tolist()
         [[1, 1, 1], [2, 2, 2]]
         """
-        shape = argfix(*shape)
+        shape = _int_sizes(argfix(*shape))
         if len(shape) < self.ndim: raise ValueError(f"expand to {shape} has fewer dimensions than {self.shape}")
         padded = (1,) * (len(shape) - self.ndim) + self.shape
         target = tuple(p if s == -1 else s for p, s in zip(padded, shape))
@@ -2516,6 +2516,12 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         elif not isinstance(x, Tensor): x = y._to_tensor(x)
         elif not isinstance(y, Tensor): y = x._to_tensor(y)
         x, y = x._broadcasted(y)
+        if cond.device != x.device:
+            if isinstance(cond.device, tuple) == isinstance(x.device, tuple):
+                raise RuntimeError(f"tensors are on different devices: the condition on {cond.device}, the values on {x.device}")
+            # a single-device operand of a multi-device op is copied to every device (as in every binary op)
+            if isinstance(x.device, tuple): cond = cond.to(x.device)
+            else: x, y = x.to(cond.device), y.to(cond.device)
         shape = _broadcast_shape(cond.shape, x.shape)
         return cond._broadcast_to(shape)._apply(Ops.WHERE, x._broadcast_to(shape), y._broadcast_to(shape), dtype=x.dtype)
     def copysign(self, other: Any) -> "Tensor":
@@ -2785,6 +2791,15 @@ def _holds(small: Any, large: Any) -> bool:
     assumed to hold when the bounds can't decide it (tinygrad's rule for shape checks)."""
     if isinstance(small, int) and isinstance(large, int): return small <= large
     return resolve(sint_to_uop(large - small) >= 0, True)
+
+def _int_sizes(shape: tuple, allow_bool: bool = False) -> tuple:
+    """``shape`` with plain int sizes (numpy integers are ints; symbolic sizes stay), or RuntimeError (tinygrad's) for
+    a float or bool size, which would fail later, far from its cause. (tinygrad's constructors take a bool as 0 or 1.)"""
+    if all(type(s) is int for s in shape): return shape
+    for s in shape:
+        if (isinstance(s, bool) and not allow_bool) or not isinstance(s, (numbers.Integral, UOp)):
+            raise RuntimeError(f"shape must be int, got {s!r} in {shape}")
+    return tuple(s if isinstance(s, UOp) else int(s) for s in shape)
 
 def _holds_now(small: Any, large: Any) -> bool:
     """``small <= large`` with every bound variable at its bound value (unbound variables: assumed to hold)."""

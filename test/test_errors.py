@@ -64,8 +64,8 @@ def test_bad_permute_pad_shrink(device):
     _raises_early(NotImplementedError, r"'nope'", lambda: t.pad(((0, 0), (1, 0)), mode="nope"))
 
 def test_negative_shape(device):
-    _raises_early(RuntimeError, r"-1", lambda: Tensor.zeros(2, -1, device=device))
-    _raises_early(RuntimeError, r"-2", lambda: Tensor.empty(-2, device=device))
+    _raises_early(ValueError, r"-1", lambda: Tensor.zeros(2, -1, device=device))   # (tinygrad's type)
+    _raises_early(ValueError, r"-2", lambda: Tensor.empty(-2, device=device))
     _raises_early(ValueError, r"-3", lambda: Tensor.eye(-3, device=device))
 
 # ============================================================================ axes
@@ -180,7 +180,28 @@ def test_device_must_be_a_string():
 
 def test_mixing_devices_in_one_op():
     a, b = Tensor([1.0], device="CPU"), Tensor([1.0], device="PYTHON")
-    with pytest.raises(ValueError, match=r"CPU.*PYTHON|PYTHON.*CPU"):
+    with pytest.raises(RuntimeError, match=r"CPU.*PYTHON|PYTHON.*CPU"):   # tinygrad's type (it raises at realize)
         a + b
     with pytest.raises(RuntimeError, match=r"CPU.*PYTHON|PYTHON.*CPU"):   # tinygrad's type for an assign across devices
         a.assign(b)
+
+def test_device_mismatches_raise_runtime_error_before_any_work():
+    """tinygrad raises RuntimeError for operands on different devices (at realize; here at the call): binary ops,
+    where's condition, gather's and scatter's index."""
+    cpu, other = Tensor([1.0, 2.0], device="CPU"), Tensor([1.0, 2.0], device="PYTHON")
+    for make in (lambda: cpu + other, lambda: Tensor([True, False], device="CPU").where(other, 0),
+                 lambda: Tensor([True, False], device="PYTHON").where(cpu, cpu * 2),
+                 lambda: Tensor.zeros(3).scatter(0, Tensor([1], device="PYTHON"), Tensor([5.0])),
+                 lambda: Tensor.zeros(3).gather(0, Tensor([1], device="PYTHON"))):
+        with pytest.raises(RuntimeError, match="CPU.*PYTHON|PYTHON.*CPU"): make()
+
+def test_shape_sizes_must_be_ints():
+    """tinygrad's rules: a float or bool size is a RuntimeError where it is given (not a failure at realize), a
+    negative size a ValueError; numpy integers are ints, and constructors take a bool as 0 or 1 (as tinygrad's)."""
+    t = Tensor.arange(12)
+    for make in (lambda: t.reshape(3.0, 4), lambda: t.reshape(True, 12), lambda: t.view(3.0, 4), lambda: t.reshape(3, 4).expand(2.0, 3, 4),
+                 lambda: Tensor.ones(2.5)):
+        with pytest.raises(RuntimeError, match="shape must be int"): make()
+    for make in (lambda: Tensor.zeros(2, -3), lambda: Tensor.empty(-5), lambda: Tensor.rand(2, -2)):
+        with pytest.raises(ValueError, match="negative"): make()
+    assert t.reshape(np.int64(3), 4).shape == (3, 4) and Tensor.ones((True, 2)).shape == (1, 2)

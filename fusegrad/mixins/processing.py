@@ -156,10 +156,14 @@ def _one_hot(index: "Tensor", n: int) -> "Tensor":
     if classes.dtype != index.dtype: classes = classes.cast(index.dtype)
     return index.unsqueeze(-1) == classes
 
-def _check_int_index(index: Any, op: str) -> None:
+def _check_int_index(index: Any, op: str, target: Any = None) -> None:
+    """An index tensor of ints, on ``target``'s device (RuntimeError, as every device mismatch; a single-device index
+    of a multi-device tensor is copied to its devices)."""
     Tensor, dtypes = _T(), _dt()
     if not isinstance(index, Tensor): raise TypeError(f"{op} needs the index as a Tensor, got {type(index).__name__}")
     if not dtypes.is_int(index.dtype): raise RuntimeError(f"{op} needs an integer index tensor, got {index.dtype}")
+    if target is not None and index.device != target.device and isinstance(index.device, tuple) == isinstance(target.device, tuple):
+        raise RuntimeError(f"{op}: the index is on {index.device}, the tensor on {target.device}; move one of them first")
 
 def _identity(op: str, dtype) -> Any:
     dtypes = _dt()
@@ -543,7 +547,7 @@ class ProcessingMixin:
         >>> Tensor([[1, 2], [3, 4]]).gather(1, Tensor([[1], [0]])).tolist()
         [[2], [3]]
         """
-        _check_int_index(index, "gather")
+        _check_int_index(index, "gather", self)
         if index.ndim != self.ndim: raise RuntimeError(f"gather index must have the same number of dims as the input: {index.shape} vs {self.shape}")
         dim = self._resolve_dim(dim) if self.ndim else 0
         if self.ndim == 0: return self.reshape(1).gather(0, index.reshape(1)).reshape(())
@@ -556,7 +560,7 @@ class ProcessingMixin:
         return mask.where(x, 0).sum(-1, dtype=self.dtype)
 
     def _pre_scatter(self: "Tensor", dim: int, index: "Tensor", src: "Tensor") -> tuple["Tensor", "Tensor"]:
-        _check_int_index(index, "scatter")
+        _check_int_index(index, "scatter", self)
         if not (index.ndim == self.ndim == src.ndim):
             raise ValueError(f"scatter needs self, index and src with the same number of dims: {self.shape}, {index.shape}, {src.shape}")
         dim = self._resolve_dim(dim)
@@ -582,7 +586,7 @@ class ProcessingMixin:
         """
         Tensor, dtypes = _T(), _dt()
         if reduce not in (None, "add", "multiply"): raise TypeError(f"scatter reduce must be None, 'add' or 'multiply', got {reduce!r}")
-        _check_int_index(index, "scatter")
+        _check_int_index(index, "scatter", self)
         if not isinstance(src, Tensor):
             if not isinstance(src, (int, float, bool)): raise TypeError(f"scatter src must be a Tensor or a number, got {type(src).__name__}")
             src = Tensor.full(index.shape, src, device=self.device, dtype=self.dtype)
