@@ -53,7 +53,8 @@ class BatchNorm:
         self.eps, self.track_running_stats, self.momentum = eps, track_running_stats, momentum
         self.weight: Tensor | None = _filled(sz, value=1.0) if affine else None
         self.bias: Tensor | None = _filled(sz, value=0.0) if affine else None
-        self.num_batches_tracked = _filled(1, value=0, dtype=dtypes.int64, requires_grad=False)
+        # a 0-d int64 counter, as in torch and tinygrad, so their state dicts load without a reshape
+        self.num_batches_tracked = _filled(value=0, dtype=dtypes.int64, requires_grad=False)
         if track_running_stats:
             self.running_mean, self.running_var = _filled(sz, value=0.0, requires_grad=False), _filled(sz, value=1.0, requires_grad=False)
 

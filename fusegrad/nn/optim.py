@@ -22,8 +22,11 @@ from fusegrad.helpers import dedup, flatten, getenv
 from fusegrad.uop.ops import UOp, Ops, GroupOp
 
 def _check_training() -> None:
-    assert Tensor.training, (f"Tensor.training={Tensor.training}, Tensor.training must be enabled to use the optimizer.\n"
-                             "  - help: Consider setting Tensor.training=True before calling Optimizer.step().")
+    """RuntimeError (tinygrad's) unless training mode is on: outside it, a step would update the params with
+    gradients of a graph built for inference (and BatchNorm's running statistics would not have moved)."""
+    if not Tensor.training:
+        raise RuntimeError(f"Tensor.training={Tensor.training}, Tensor.training must be enabled to use the optimizer.\n"
+                           "  - help: Consider setting Tensor.training=True (or `with Tensor.train():`) before calling Optimizer.step().")
 
 def _stored(t: Tensor) -> Tensor:
     """``t`` computed once into its own buffer when it is used by several state updates (the
@@ -211,7 +214,8 @@ def Muon(params: list[Tensor], lr: float = 0.001, momentum: float = 0.95, weight
     >>> opt.ns_steps
     5
     """
-    assert not fused, "fused is not allowed for the Muon optimizer"
+    if fused: raise ValueError("fused=True is not supported by the Muon optimizer (its Newton-Schulz step works on each "
+                                           "param's own matrix, which a fused buffer of all params doesn't have)")
     return LARS(params, lr, momentum, weight_decay, ns_steps, ns_coefficients, nesterov, classic=False, pre_wd=False, tcoef=0.0, device=device)
 
 class LAMB(Optimizer):

@@ -10,7 +10,10 @@ after it was opened gives an error when a tensor is read (DISK reads are ``pread
 memory the loader allocates beyond views of the file (decompressed zip members, gathered strided tensors) is
 checked against ``max_bytes`` before it is allocated; and the pickle inside a torch checkpoint is read by an
 unpickler that only knows the tensor-rebuild functions (a pickle that tries to call anything else is refused,
-never run), with shared objects converted once (a pickle of shared tuples nested 40 deep stays cheap).
+never run) and gives the pickle only new objects that refuse to be changed (pickle BUILD, SETITEM, APPEND: no
+pickle can reach the loader's own functions or the process's dtypes), with every tensor's size, stride and offset
+checked again where its bytes are read, and shared objects converted once (a pickle of shared tuples nested 40
+deep stays cheap).
 
 >>> import os, tempfile
 >>> from fusegrad import Tensor
@@ -188,6 +191,8 @@ def safe_load_metadata(fn: Tensor | str | os.PathLike) -> tuple[Tensor, int, dic
         raise ValueError(f"corrupt safetensors file: the header claims {json_len} bytes but only {src.nbytes - 8} follow the length")
     try: header = json.loads(src.read(8, json_len).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e: raise ValueError(f"corrupt safetensors header: not valid UTF-8 JSON ({e})") from None
+    except RecursionError:   # json parses nested arrays and objects recursively: "[" * 100000 overflows the stack
+        raise ValueError("corrupt safetensors header: its JSON nests arrays or objects too deeply to parse") from None
     if not isinstance(header, dict): raise ValueError(f"corrupt safetensors header: expected a JSON object, got {type(header).__name__}")
     if "__metadata__" in header and not isinstance(header["__metadata__"], dict):
         raise ValueError("corrupt safetensors header: __metadata__ must be an object")
@@ -278,7 +283,9 @@ def _load_bar(what: str, items: Any, total: int, show: bool = True, leave: bool 
 def load_state_dict(model: Any, state_dict: dict[str, Tensor] | str | os.PathLike, strict: bool = True, verbose: bool = True,
                     consume: bool = False, realize: bool = True) -> list[Tensor]:
     """Put the tensors of ``state_dict`` into ``model``'s tensors (matched by ``get_state_dict`` names), copying
-    them to each target's device. Shapes and dtypes must match (an error names the key). A key the model has but
+    them to each target's device. Shapes must match (an error names the key), except that () and (1,) load into
+    each other, as in tinygrad. A model tensor takes the loaded tensor's dtype, as in tinygrad (a float16 checkpoint
+    makes float16 weights; cast the state dict first to keep the model's dtypes). A key the model has but
     ``state_dict`` lacks is a KeyError when ``strict`` (a warning otherwise); keys nobody uses give a warning.
     ``consume`` deletes loaded entries from ``state_dict``. Returns the loaded tensors.
 
@@ -299,11 +306,11 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor] | str | os.PathLik
         if k not in state_dict: continue
         src = state_dict[k]
         if not isinstance(src, Tensor): raise TypeError(f"load_state_dict: {k!r} is a {type(src).__name__}, not a Tensor")
-        if v.shape != src.shape:
-            raise ValueError(f"Shape mismatch in layer `{k}`: Expected shape {v.shape}, but found {src.shape} in state dict.")
-        if v.dtype != src.dtype:
-            raise ValueError(f"dtype mismatch in layer `{k}`: Expected {v.dtype}, but found {src.dtype} in state dict.")
         if is_disk(src.device): src = disk_view(src)   # a plain sub-buffer, so the copy needs no kernel on DISK
+        if v.shape != src.shape:
+            # a scalar saved as (1,) or the other way round (older BatchNorm num_batches_tracked): the same one value
+            if {v.shape, src.shape} == {(), (1,)}: src = src.reshape(v.shape)
+            else: raise ValueError(f"Shape mismatch in layer `{k}`: Expected shape {v.shape}, but found {src.shape} in state dict.")
         if isinstance(v.device, tuple) and not isinstance(src.device, tuple):
             # a sharded model tensor: shard the loaded value the same way (through the first device, as DISK runs no kernels)
             from fusegrad.schedule.multi import multi_axis
@@ -409,25 +416,86 @@ _TORCH_DTYPES: dict[str, DType] = {
     "float8_e4m3fn": dtypes.fp8e4m3, "float8_e5m2": dtypes.fp8e5m2, "float8_e4m3fnuz": dtypes.fp8e4m3fnuz,
     "float8_e5m2fnuz": dtypes.fp8e5m2fnuz}
 
-class _StorageType:
+class _Sealed:
+    """The base of every object the checkpoint unpickler gives a pickle: the globals it may name, storages and
+    tensor records. A pickle can do more to an object than call it: BUILD calls ``__setstate__`` or writes its state
+    straight into the object's ``__dict__`` (or ``setattr``s it), which gets around ``__init__``'s checks and frozen
+    dataclasses; SETITEM(S), APPEND(S) and ADDITEMS call ``__setitem__``, ``append``, ``extend`` and ``add``. Each of
+    these refuses here, so the only objects a checkpoint makes are the ones the rebuild functions built and checked.
+    No attribute dict (``__slots__``), so there is nothing else to write into."""
+    __slots__ = ()
+    def _refuse(self, what: str) -> Any:
+        raise pickle.UnpicklingError(f"torch_load: refusing to {what} {self!r:.60}: a torch checkpoint never does that "
+                                     f"(this pickle tries to change the loader's objects; it may be malicious)")
+    def __setstate__(self, state: Any) -> None: self._refuse("set the state (pickle BUILD) of")
+    def __setitem__(self, key: Any, value: Any) -> None: self._refuse("set an item of")
+    def append(self, value: Any) -> None: self._refuse("append to")
+    def extend(self, values: Any) -> None: self._refuse("extend")
+    def add(self, value: Any) -> None: self._refuse("add to")
+
+class _Global(_Sealed):
+    """A callable the pickle found by name (``torch._utils._rebuild_tensor_v2``, ``collections.OrderedDict``, ...):
+    a new wrapper per lookup, so the pickle never holds the loader's own functions or classes (a BUILD on a function
+    could ``setattr`` its ``__defaults__`` for every later load in the process)."""
+    __slots__ = ("fn", "name")
+    def __init__(self, fn: Callable[..., Any], name: str): self.fn, self.name = fn, name
+    def __call__(self, *args: Any) -> Any: return self.fn(*args)
+    def __repr__(self) -> str: return self.name
+
+class _TorchDType(_Sealed):
+    """``torch.float32`` & co. as the pickle sees them: a fresh token per lookup over the fusegrad dtype, which is a
+    process-wide interned object (a pickle that could BUILD into it would change ``dtypes.float32.itemsize`` for the
+    whole process). Tokens left in the result become the dtype itself after unpickling (_Resolver)."""
+    __slots__ = ("dtype", "name")
+    def __init__(self, dtype: DType, name: str): self.dtype, self.name = dtype, name
+    def __repr__(self) -> str: return f"torch.{self.name}"
+
+class _StorageType(_Sealed):
     """Stands in for ``torch.FloatStorage`` & co. (never called)."""
+    __slots__ = ("name", "dtype")
     def __init__(self, name: str, dtype: DType): self.name, self.dtype = name, dtype
     def __repr__(self) -> str: return f"torch.{self.name}"
 
-class _StorageRef:
+class _StorageRef(_Sealed):
     """A storage in the checkpoint: its key, element dtype and element count (plus an element offset for
     the storage views of very old checkpoints)."""
+    __slots__ = ("key", "dtype", "numel", "elem_offset", "root")
     def __init__(self, key: str, dtype: DType, numel: int, elem_offset: int = 0, root: "_StorageRef | None" = None):
         self.key, self.dtype, self.numel, self.elem_offset, self.root = key, dtype, numel, elem_offset, root
+    def __repr__(self) -> str: return f"storage {self.key}"
 
-class _TensorRef:
+class _TensorRef(_Sealed):
     """A tensor to build once the storages' places in the file are known."""
+    __slots__ = ("storage", "offset", "size", "stride", "dtype", "requires_grad")
     def __init__(self, storage: _StorageRef, offset: int, size: tuple, stride: tuple, dtype: DType, requires_grad: bool = False):
         self.storage, self.offset, self.size, self.stride, self.dtype, self.requires_grad = storage, offset, size, stride, dtype, requires_grad
+    def __repr__(self) -> str: return f"tensor of size {self.size}"
 
-class _TorchClass:
+class _TorchClass(_Sealed):
     """Stands in for ``torch.Tensor`` / ``torch.nn.Parameter`` in ``_rebuild_from_type_v2``."""
+    __slots__ = ("name",)
     def __init__(self, name: str): self.name = name
+    def __repr__(self) -> str: return f"torch.{self.name}"
+
+class _PickledOrderedDict(collections.OrderedDict):
+    """The ``collections.OrderedDict`` a pickle makes: a new, empty one per call, so its items are the pickle's own
+    business (SETITEMS). Its BUILD is torch's: ``state_dict()`` pickles its ``_metadata`` attribute that way. Only a
+    dict of new, non-dunder attribute names is accepted, kept in ``pickled_attributes`` (written into ``__dict__``,
+    a name like ``__setstate__`` or ``items`` would shadow a method); _Resolver sets them on the plain OrderedDict
+    it returns."""
+    def __init__(self, items: Any = ()) -> None:
+        super().__init__(items)
+        self.pickled_attributes: dict[str, Any] = {}
+    def __setstate__(self, state: Any) -> None:
+        if state is None: return
+        if not isinstance(state, dict):
+            raise pickle.UnpicklingError(f"torch_load: refusing an OrderedDict state of type {type(state).__name__} (pickle BUILD): "
+                                         f"torch only pickles a dict of attributes")
+        for name in state:
+            if not (isinstance(name, str) and name.isidentifier() and not name.startswith("__") and not hasattr(collections.OrderedDict, name)):
+                raise pickle.UnpicklingError(f"torch_load: refusing to set attribute {name!r:.60} of an OrderedDict (pickle BUILD): "
+                                             f"only new, non-dunder attribute names (like torch's _metadata) are allowed")
+        self.pickled_attributes.update(state)
 
 def _int_tuple(x: Any, what: str) -> tuple[int, ...]:
     if isinstance(x, int) and not isinstance(x, bool): return (x,)
@@ -438,24 +506,29 @@ def _int_tuple(x: Any, what: str) -> tuple[int, ...]:
 def _rebuild_tensor(storage: Any, storage_offset: Any, size: Any, stride: Any, requires_grad: Any = False, backward_hooks: Any = None,
                     metadata: Any = None, *, dtype: DType | None = None) -> _TensorRef:
     if not isinstance(storage, _StorageRef): raise pickle.UnpicklingError(f"torch_load: a tensor's storage is {type(storage).__name__}, not a storage")
-    if not isinstance(storage_offset, int) or storage_offset < 0: raise pickle.UnpicklingError(f"torch_load: invalid storage offset {storage_offset!r:.50}")
+    if not isinstance(storage_offset, int) or isinstance(storage_offset, bool) or storage_offset < 0:
+        raise pickle.UnpicklingError(f"torch_load: invalid storage offset {storage_offset!r:.50}")
     size, stride = _int_tuple(size, "size"), _int_tuple(stride, "stride")
     if len(size) != len(stride) or any(s < 0 for s in size) or any(s < 0 for s in stride):
         raise pickle.UnpicklingError(f"torch_load: invalid tensor size {size} / stride {stride}")
     return _TensorRef(storage, storage_offset, size, stride, storage.dtype if dtype is None else dtype, bool(requires_grad))
 
+def _rebuild_tensor_v1(storage: Any, storage_offset: Any, size: Any, stride: Any) -> _TensorRef:
+    return _rebuild_tensor(storage, storage_offset, size, stride)
+
 def _rebuild_tensor_v3(storage, storage_offset, size, stride, requires_grad, backward_hooks, dtype, metadata=None) -> _TensorRef:
-    if not isinstance(dtype, DType): raise pickle.UnpicklingError(f"torch_load: invalid dtype {dtype!r:.50}")
-    return _rebuild_tensor(storage, storage_offset, size, stride, requires_grad, backward_hooks, metadata, dtype=dtype)
+    if not isinstance(dtype, _TorchDType): raise pickle.UnpicklingError(f"torch_load: invalid dtype {dtype!r:.50}")
+    return _rebuild_tensor(storage, storage_offset, size, stride, requires_grad, backward_hooks, metadata, dtype=dtype.dtype)
 
 def _rebuild_parameter(data, requires_grad=True, backward_hooks=None, *state) -> Any:
     if isinstance(data, _TensorRef): data.requires_grad = bool(requires_grad)
     return data
 
 def _rebuild_from_type_v2(func, new_type, args, state) -> Any:
-    if func not in (_rebuild_tensor, _rebuild_tensor_v3, _rebuild_parameter) or not isinstance(new_type, _TorchClass) or not isinstance(args, tuple):
+    if not (isinstance(func, _Global) and func.fn in (_rebuild_tensor, _rebuild_tensor_v1, _rebuild_tensor_v3, _rebuild_parameter)) \
+            or not isinstance(new_type, _TorchClass) or not isinstance(args, tuple):
         raise pickle.UnpicklingError("torch_load: unsupported tensor subclass rebuild")
-    return func(*args)
+    return func(*args)   # the tensor subclass's state (its attributes) is dropped: fusegrad tensors have no such attributes
 
 def _codecs_encode(obj: Any, encoding: str = "utf-8", errors: str = "strict") -> bytes:
     if not isinstance(obj, str) or encoding.lower() not in ("latin1", "latin-1", "utf-8", "utf8", "ascii"):
@@ -469,31 +542,34 @@ def _bytearray(*args: Any) -> bytearray:
 
 def _torch_device(*args: Any) -> str: return ":".join(str(a) for a in args)
 
-_SAFE_GLOBALS: dict[tuple[str, str], Any] = {
-    ("collections", "OrderedDict"): collections.OrderedDict,
-    ("torch._utils", "_rebuild_tensor"): lambda storage, offset, size, stride: _rebuild_tensor(storage, offset, size, stride),
+# what a pickle may call by name; find_class wraps each in a new _Global, so the pickle never holds these objects
+_SAFE_GLOBALS: dict[tuple[str, str], Callable[..., Any]] = {
+    ("collections", "OrderedDict"): _PickledOrderedDict,
+    ("torch._utils", "_rebuild_tensor"): _rebuild_tensor_v1,
     ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
     ("torch._utils", "_rebuild_tensor_v3"): _rebuild_tensor_v3,
     ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
     ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
     ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type_v2,
-    ("torch", "Tensor"): _TorchClass("Tensor"), ("torch.nn.parameter", "Parameter"): _TorchClass("Parameter"),
     ("torch", "Size"): tuple, ("torch", "device"): _torch_device,
     ("_codecs", "encode"): _codecs_encode,
     ("builtins", "set"): set, ("builtins", "frozenset"): frozenset, ("builtins", "bytearray"): _bytearray,
     ("__builtin__", "set"): set, ("__builtin__", "frozenset"): frozenset,
 }
+_TORCH_CLASSES: dict[tuple[str, str], str] = {("torch", "Tensor"): "Tensor", ("torch.nn.parameter", "Parameter"): "Parameter"}
 
 class _TorchUnpickler(pickle.Unpickler):
-    """Unpickles only what a torch checkpoint of tensors needs; anything else is refused before it can run."""
+    """Unpickles only what a torch checkpoint of tensors needs; anything else is refused before it can run. Every
+    object it gives the pickle is a new one that refuses to be changed (see _Sealed), or a plain container."""
     def __init__(self, file: Any, persistent_load: Callable[[Any], Any]):
         super().__init__(file, encoding="utf-8")
         self._persistent = persistent_load
     def find_class(self, module: str, name: str) -> Any:
-        if (found := _SAFE_GLOBALS.get((module, name))) is not None: return found
+        if (found := _SAFE_GLOBALS.get((module, name))) is not None: return _Global(found, f"{module}.{name}")
+        if (module, name) in _TORCH_CLASSES: return _TorchClass(_TORCH_CLASSES[(module, name)])
         if module in ("torch", "torch.storage", "torch.cuda") and name in _TORCH_STORAGE_DTYPES:
             return _StorageType(name, _TORCH_STORAGE_DTYPES[name])
-        if module == "torch" and name in _TORCH_DTYPES: return _TORCH_DTYPES[name]
+        if module == "torch" and name in _TORCH_DTYPES: return _TorchDType(_TORCH_DTYPES[name], name)
         raise pickle.UnpicklingError(f"torch_load: refusing to load {module}.{name}: only tensors, storages and plain containers "
                                      f"can be loaded (this pickle would run other code; it may be malicious)")
     def persistent_load(self, pid: Any) -> Any: return self._persistent(pid)
@@ -521,31 +597,53 @@ def _storage_pid(storages: dict[str, _StorageRef]) -> Callable[[Any], Any]:
         return root
     return load
 
+def _checked_layout(ref: _TensorRef) -> tuple[int, int]:
+    """(the tensor's storage's byte offset within its root storage, the bytes from the tensor's first element to past
+    its last), after checking, where the bytes are about to be read, that every element lies inside the storage and
+    the storage inside its root. The rebuild functions checked this when the pickle called them; it is checked again
+    because the gather below (``as_strided``) reads whatever its strides point at: nothing that happened between
+    the two (a pickle changing a record) may turn into a read outside the file's bytes."""
+    storage = ref.storage
+    root = storage.root if isinstance(storage, _StorageRef) and storage.root is not None else storage
+    if not (isinstance(storage, _StorageRef) and isinstance(root, _StorageRef) and isinstance(ref.dtype, DType)
+            and isinstance(ref.size, tuple) and isinstance(ref.stride, tuple) and len(ref.size) == len(ref.stride)):
+        raise ValueError(f"corrupt torch checkpoint: invalid tensor record {ref!r:.100}")
+    numbers = (ref.offset, storage.elem_offset, storage.numel, *ref.size, *ref.stride)
+    if not all(type(n) is int and n >= 0 for n in numbers):
+        raise ValueError(f"corrupt torch checkpoint: a tensor of size {ref.size}, stride {ref.stride}, offset {ref.offset} (storage "
+                         f"{storage.key}) has a negative or non-integer size, stride or offset")
+    if storage is not root and (storage.dtype != root.dtype or storage.elem_offset + storage.numel > root.numel):
+        raise ValueError(f"corrupt torch checkpoint: a view of storage {root.key} lies outside it")
+    if storage is root and storage.elem_offset != 0: raise ValueError(f"corrupt torch checkpoint: storage {root.key} has an offset")
+    itemsize, storage_nbytes = ref.dtype.itemsize, storage.numel * storage.dtype.itemsize
+    if prod(ref.size) == 0: return storage.elem_offset * root.dtype.itemsize, 0
+    span = (sum((s - 1) * st for s, st in zip(ref.size, ref.stride)) + 1) * itemsize   # bytes from the first to past the last element
+    if ref.offset * itemsize + span > storage_nbytes:
+        raise ValueError(f"corrupt torch checkpoint: a tensor of size {ref.size}, stride {ref.stride}, offset {ref.offset} reads past its "
+                         f"storage of {storage_nbytes} bytes")
+    return storage.elem_offset * root.dtype.itemsize, span
+
 def _build_tensor(ref: _TensorRef, src: _Source, places: dict[str, int]) -> Tensor:
     """A tensor from a storage at a known byte offset: a DISK view when it is contiguous, else a gathered copy."""
+    storage_offset, span = _checked_layout(ref)
     root = ref.storage.root or ref.storage
     if root.key not in places: raise ValueError(f"corrupt torch checkpoint: storage {root.key} has no data")
-    storage_start = places[root.key] + ref.storage.elem_offset * root.dtype.itemsize
-    storage_nbytes = ref.storage.numel * ref.storage.dtype.itemsize
     itemsize, size, stride = ref.dtype.itemsize, ref.size, ref.stride
     numel = prod(size)
-    start = ref.offset * itemsize
     if numel == 0: return Tensor.zeros(*size, dtype=ref.dtype, device=src.device)
-    span = (sum((s - 1) * st for s, st in zip(size, stride)) + 1) * itemsize   # bytes from the first to past the last element
-    if start + span > storage_nbytes:
-        raise ValueError(f"corrupt torch checkpoint: a tensor of size {size}, stride {stride}, offset {ref.offset} reads past its "
-                         f"storage of {storage_nbytes} bytes")
+    first = places[root.key] + storage_offset + ref.offset * itemsize   # the first element's byte in the source
     contiguous = all(st == c for s, st, c in zip(size, stride, _c_strides(size)) if s != 1)
-    if contiguous: return src.tensor(storage_start + start, numel * itemsize, ref.dtype, size, "tensor")
+    if contiguous: return src.tensor(first, numel * itemsize, ref.dtype, size, "tensor")
     # a strided view: read the bytes it spans and gather them on the default device. The gathered copy is new
     # memory: a 1-element storage "expanded" by stride 0 to a billion elements is refused here, before allocating
     src.budget.take(span + numel * itemsize, f"tensor of size {size} with stride {stride} (a gathered copy)")
     import numpy as np
     carrier = np.dtype(f"<u{itemsize}") if itemsize > 1 else np.dtype(np.uint8)
-    raw = np.frombuffer(src.read(storage_start + start, span), dtype=np.uint8)
+    raw = np.frombuffer(src.read(first, span), dtype=np.uint8)
     padded = np.zeros(((span + itemsize - 1) // itemsize) * itemsize, np.uint8)
     padded[:span] = raw
     elems = padded.view(carrier)
+    # in bounds: the strides are >= 0 and the last element, sum((size - 1) * stride), is elems[-1] (_checked_layout)
     gathered = np.lib.stride_tricks.as_strided(elems, shape=size, strides=tuple(st * itemsize for st in stride)).copy()
     return _tensor_from_bytes(gathered.tobytes(), ref.dtype, size, src.device)
 
@@ -574,6 +672,7 @@ class _Resolver:
         except RecursionError: raise ValueError("torch_load: the checkpoint is nested too deeply") from None
     def convert(self, obj: Any, depth: int) -> Any:
         if (found := self.done.get(id(obj))) is not None or id(obj) in self.done: return found
+        if isinstance(obj, _TorchDType): return obj.dtype   # (a dtype saved as a value; the pickle can't reach it any more)
         if not isinstance(obj, (_TensorRef, dict, list, tuple)): return obj
         if depth > _MAX_NESTING: raise ValueError(f"torch_load: the checkpoint nests containers more than {_MAX_NESTING} deep")
         self.steps += 1
@@ -583,6 +682,8 @@ class _Resolver:
             out = self.done[id(obj)] = collections.OrderedDict() if isinstance(obj, collections.OrderedDict) else {} if isinstance(obj, dict) else []
             if isinstance(obj, dict):
                 for k, v in obj.items(): out[k] = self.convert(v, depth + 1)
+                if isinstance(obj, _PickledOrderedDict):   # its attributes (torch's _metadata), checked by its __setstate__
+                    for name, v in obj.pickled_attributes.items(): setattr(out, name, self.convert(v, depth + 1))
             else:
                 for v in obj: out.append(self.convert(v, depth + 1))
         else:
@@ -608,8 +709,10 @@ def _resolve(obj: Any, build: Callable[[_TensorRef], Tensor]) -> Any:
 def torch_load(fn: Tensor | str | os.PathLike, max_bytes: int | None = None) -> Any:
     """Load a PyTorch checkpoint (``torch.save``: the zip format, the legacy pickle format written with
     ``_use_new_zipfile_serialization=False``, and the old tar format). Tensors come back as fusegrad tensors
-    (DISK views when stored contiguously), in the same dicts/lists as saved. torch isn't needed, and nothing
-    in the pickle but the known tensor-rebuild functions can run.
+    (DISK views when stored contiguously), in the same dicts/lists as saved (a ``state_dict()`` keeps its
+    ``_metadata``). torch isn't needed, nothing in the pickle but the known tensor-rebuild functions can run, and
+    a pickle that tries to change the loader's objects (pickle BUILD into a dtype, a function or a tensor record)
+    is refused with ``pickle.UnpicklingError``.
 
     ``max_bytes`` limits the memory the load allocates beyond views of the file (compressed members, strided
     tensors gathered into copies, copies out of a non-DISK tensor), checked before each allocation. The default

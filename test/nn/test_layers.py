@@ -140,7 +140,7 @@ def test_batchnorm_train_and_running_stats(shape, kwargs):
             _compare(bn, tbn, x_np, names, atol=1e-5, rtol=1e-4, grad_atol=1e-4, seed=step)
             np.testing.assert_allclose(bn.running_mean.numpy(), _np(tbn.running_mean), atol=1e-5, rtol=1e-5)
             np.testing.assert_allclose(bn.running_var.numpy(), _np(tbn.running_var), atol=1e-5, rtol=1e-5)
-    assert bn.num_batches_tracked.numpy().reshape(-1)[0] == 3 == tbn.num_batches_tracked.item()
+    assert bn.num_batches_tracked.shape == () and bn.num_batches_tracked.item() == 3 == tbn.num_batches_tracked.item()
     # eval mode uses the running statistics
     tbn.eval()
     with Tensor.train(False):
@@ -171,12 +171,30 @@ def test_batchnorm_params_and_context_training():
     assert nn.BatchNorm2d is nn.BatchNorm and nn.BatchNorm1d is nn.BatchNorm and nn.BatchNorm3d is nn.BatchNorm
     assert bn.weight.tolist() == [1.0] * 4 and bn.bias.tolist() == [0.0] * 4
     assert bn.running_mean.tolist() == [0.0] * 4 and bn.running_var.tolist() == [1.0] * 4
-    assert bn.num_batches_tracked.dtype == dtypes.int64 and bn.num_batches_tracked.tolist() == [0]
+    assert bn.num_batches_tracked.dtype == dtypes.int64 and bn.num_batches_tracked.shape == () and bn.num_batches_tracked.item() == 0
     assert bn.running_mean.requires_grad is False and bn.running_var.requires_grad is False
     x = Tensor(np.arange(16, dtype=np.float32).reshape(2, 4, 2))
     with Context(TRAINING=1): bn(x).realize()   # today's spelling of training mode updates the stats too
-    assert bn.num_batches_tracked.tolist() == [1] and bn.running_mean.numpy()[0] > 0
+    assert bn.num_batches_tracked.item() == 1 and bn.running_mean.numpy()[0] > 0
     assert nn.BatchNorm2d(3, affine=False).weight is None
+
+def test_batchnorm_num_batches_tracked_is_a_0d_int64_like_torch_and_tinygrad(tmp_path):
+    # shape () and int64 (torch's and tinygrad's "long"), so a torch BatchNorm2d state dict loads as it is
+    from fusegrad.nn.state import torch_load, load_state_dict, get_state_dict
+    tbn = torch.nn.BatchNorm2d(3).train()
+    for _ in range(2): tbn(torch.randn(4, 3, 5, 5))
+    path = tmp_path / "bn.pt"
+    torch.save(tbn.state_dict(), str(path))
+    bn = nn.BatchNorm2d(3)
+    assert {k: (v.shape, v.dtype) for k, v in get_state_dict(bn).items()} == \
+        {k: (tuple(v.shape), dtypes.int64 if v.dtype == torch.int64 else dtypes.float32) for k, v in tbn.state_dict().items()}
+    load_state_dict(bn, torch_load(str(path)), verbose=False)
+    assert bn.num_batches_tracked.shape == () and bn.num_batches_tracked.dtype == dtypes.int64 and bn.num_batches_tracked.item() == 2
+    np.testing.assert_allclose(bn.running_mean.numpy(), _np(tbn.running_mean), atol=1e-6)
+    # training steps keep counting from the loaded value, as a scalar
+    with Tensor.train():
+        for _ in range(3): bn(Tensor.rand(2, 3, 4, 4)).realize()
+    assert bn.num_batches_tracked.shape == () and bn.num_batches_tracked.dtype == dtypes.int64 and bn.num_batches_tracked.item() == 5
 
 def test_batchnorm_train_kernel_count():
     # train-mode forward (no running stats): the mean, the variance and the normalized output

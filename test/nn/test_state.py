@@ -432,9 +432,35 @@ def test_load_state_dict_strict_and_warnings():
     bad_shape = {**values, "l1.weight": Tensor.ones(3, 4)}
     with pytest.raises(ValueError, match="l1.weight"):
         load_state_dict(Model(), bad_shape, verbose=False)
-    bad_dtype = {**values, "steps": Tensor([1.0])}
-    with pytest.raises(ValueError, match="dtype mismatch in layer `steps`"):
-        load_state_dict(Model(), bad_dtype, verbose=False)
+
+def test_load_state_dict_takes_the_loaded_dtype_like_tinygrad(tmp_path):
+    # tinygrad replaces the model tensor by the loaded one: a float16 checkpoint makes float16 weights, and an
+    # int32 counter saved as float32 becomes a float32 tensor (not a cast into the model's dtype, not an error)
+    m = Model()
+    values = {**_values_for(m), "steps": Tensor([1.5]), "l1.weight": Tensor(np.arange(12).reshape(4, 3), dtype=dtypes.float16)}
+    path = tmp_path / "mixed.safetensors"
+    safe_save(values, path)
+    load_state_dict(m, safe_load(path), verbose=False)
+    assert m.steps.dtype == dtypes.float32 and m.steps.tolist() == [1.5]
+    assert m.l1.weight.dtype == dtypes.float16 and m.l1.weight.device == Device.DEFAULT
+    assert m.l1.weight.numpy().tolist() == np.arange(12).reshape(4, 3).tolist()
+    assert m.l1.bias.dtype == dtypes.float32   # the others keep theirs
+
+def test_load_state_dict_scalar_and_one_element_shapes_load_into_each_other(tmp_path):
+    # like tinygrad: () and (1,) hold the same one value (older BatchNorm num_batches_tracked had shape (1,))
+    model = {"scalar": Tensor(0.0), "vector": Tensor([0.0])}
+    load_state_dict(model, {"scalar": Tensor([2.5]), "vector": Tensor(4.0)}, verbose=False)
+    assert model["scalar"].shape == () and model["scalar"].item() == 2.5
+    assert model["vector"].shape == (1,) and model["vector"].tolist() == [4.0]
+    path = tmp_path / "old_batchnorm.safetensors"   # from DISK too (a checkpoint of fusegrad's old (1,) counter)
+    safe_save({"num_batches_tracked": Tensor([7], dtype=dtypes.int64)}, path)
+    bn = {"num_batches_tracked": Tensor(0, dtype=dtypes.int64)}
+    load_state_dict(bn, safe_load(path), verbose=False)
+    assert bn["num_batches_tracked"].shape == () and bn["num_batches_tracked"].item() == 7 and bn["num_batches_tracked"].device == Device.DEFAULT
+    with pytest.raises(ValueError, match="Shape mismatch in layer `vector`"):
+        load_state_dict(model, {"scalar": Tensor(1.0), "vector": Tensor([1.0, 2.0])}, verbose=False)
+    with pytest.raises(ValueError, match="Shape mismatch in layer `scalar`"):
+        load_state_dict(model, {"scalar": Tensor([[1.0]]), "vector": Tensor([1.0])}, verbose=False)
 
 def test_load_state_dict_consume_and_torch(tmp_path):
     m = Model()

@@ -1,9 +1,10 @@
 """Checkpoints as untrusted input: a file truncated after it was loaded, a pickle whose shared objects make a
-naive walk exponential, decompression bombs and huge expanded views (refused before allocating), and crafted
-GGUF / tar / legacy-pickle headers. Crash-prone cases run in a subprocess, so a SIGBUS or a hang fails the test
-instead of killing pytest."""
+naive walk exponential, decompression bombs and huge expanded views (refused before allocating), crafted
+GGUF / tar / legacy-pickle headers, pickles that try to change the loader's objects (BUILD, SETITEM, APPEND into
+a dtype, a function or a tensor record) and safetensors headers nested too deeply to parse. Crash-prone cases
+run in a subprocess, so a SIGBUS, a SIGSEGV or a hang fails the test instead of killing pytest."""
 from __future__ import annotations
-import os, pickle, struct, subprocess, sys, tarfile, textwrap, tracemalloc, zipfile, zlib
+import collections, json, os, pickle, struct, subprocess, sys, tarfile, textwrap, tracemalloc, zipfile, zlib
 import numpy as np
 import pytest
 from fusegrad import Tensor, dtypes
@@ -295,3 +296,150 @@ def test_unreadable_archives_raise_the_formats_own_error(tmp_path, loader, error
     for source in (str(junk), Tensor(junk.read_bytes())):
         with pytest.raises(expected) as info: getattr(state, loader)(source)
         assert isinstance(info.value, ValueError)
+
+# ================================================================ 4. pickles that change the loader's objects
+
+def pickle_value(value) -> bytes:
+    """The opcodes that push a plain value (ints, strings, tuples, dicts) onto the unpickler's stack."""
+    return pickle.dumps(value, protocol=2)[2:-1]   # without PROTO and STOP
+
+def pickle_global(module: str, name: str) -> bytes:
+    return b"c" + f"{module}\n{name}\n".encode()
+
+def rebuild_tensor_v2(numel: int = 4) -> bytes:
+    """What torch.save writes for a float32 tensor of size (2,) over storage '0' of ``numel`` elements."""
+    storage = b"(" + pickle_value("storage") + pickle_global("torch", "FloatStorage") + pickle_value("0") + pickle_value("cpu") \
+        + pickle_value(numel) + b"tQ"   # MARK ... TUPLE, BINPERSID
+    args = b"(" + storage + pickle_value(0) + pickle_value((2,)) + pickle_value((1,)) + b"\x89}t"   # NEWFALSE, EMPTY_DICT, TUPLE
+    return pickle_global("torch._utils", "_rebuild_tensor_v2") + args + b"R"
+
+def checkpoint_with_storage(path, pkl: bytes, values=(1.0, 2.0, 3.0, 4.0)) -> None:
+    """A torch zip checkpoint: ``pkl`` as data.pkl and storage '0' holding float32 ``values``."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("archive/data.pkl", pkl)
+        zf.writestr("archive/byteorder", "little")
+        zf.writestr("archive/data/0", struct.pack(f"<{len(values)}f", *values))
+
+def test_build_cannot_change_a_dtype_for_the_whole_process(tmp_path):
+    # GLOBAL torch.float32, BUILD {'itemsize': 1}: the BUILD opcode writes into the object's __dict__, around the frozen
+    # dataclass. Before the fix this loaded as {} and left dtypes.float32.itemsize == 1, then buffers were allocated a
+    # quarter of their size (a crash later): the check runs in a child process so that can't spread to this one
+    path = tmp_path / "dtype.pt"
+    checkpoint_zip(path, b"\x80\x02ctorch\nfloat32\n}X\x08\x00\x00\x00itemsizeK\x01sb0}.")
+    result = run_isolated(f"""
+        from fusegrad import Tensor, dtypes
+        from fusegrad.nn.state import torch_load
+        try: print("loaded", torch_load("{path}"))
+        except Exception as e: print("raised", type(e).__name__, e)
+        print("itemsize", dtypes.float32.itemsize)
+        print("sum", (Tensor.ones(256, 256) * 2).sum().item())
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("raised UnpicklingError") and "BUILD" in lines[0] and "torch.float32" in lines[0], result.stdout
+    assert lines[1:] == ["itemsize 4", "sum 131072.0"], result.stdout
+
+@pytest.mark.parametrize("stride", [(-100000, 100001), (-10**12, 10**12 + 1)])
+def test_build_cannot_change_a_tensor_record_after_its_checks(tmp_path, stride):
+    # _rebuild_tensor_v2 checks size (2,) stride (1,); a BUILD then sets a negative stride and a size whose elements,
+    # before the fix, as_strided read outside the 8 bytes it was given (a wrong value, or a SIGSEGV for big strides)
+    path = tmp_path / "stride.pt"
+    checkpoint_with_storage(path, b"\x80\x02}" + pickle_value("x") + rebuild_tensor_v2() + pickle_value({"stride": stride, "size": (2, 2)})
+                            + b"bs.")   # BUILD, SETITEM
+    result = run_isolated(f"""
+        from fusegrad.nn.state import torch_load
+        try: print("loaded", torch_load("{path}")["x"].numpy().tolist())
+        except Exception as e: print("raised", type(e).__name__, e)
+    """)
+    assert result.returncode == 0, f"the process died (returncode {result.returncode}): {result.stderr[-2000:]}"
+    assert result.stdout.startswith("raised UnpicklingError") and "BUILD" in result.stdout, result.stdout
+
+def test_every_object_the_unpickler_gives_refuses_to_change(tmp_path):
+    """BUILD (a state dict, or a (None, slots) pair that setattr's), SETITEM and APPEND on each kind of object a
+    pickle can get from the loader: a global function, a dtype, a storage type, torch.Tensor, a storage, a tensor
+    record. Each is refused with an error naming it, and nothing the loader shares with later loads changes."""
+    func, f16 = pickle_global("torch._utils", "_rebuild_tensor_v2"), pickle_global("torch", "float16")
+    storage = b"(" + pickle_value("storage") + pickle_global("torch", "FloatStorage") + pickle_value("0") + pickle_value("cpu") \
+        + pickle_value(4) + b"tQ"
+    cases = {   # name: (opcodes leaving the object and then the state on the stack, what the error names)
+        "function defaults": (func + b"N}" + pickle_value("__kwdefaults__") + b"}" + pickle_value("dtype") + f16 + b"ss\x86b",
+                              "torch._utils._rebuild_tensor_v2"),
+        "function dict": (func + pickle_value({"__defaults__": (1, 2)}) + b"b", "torch._utils._rebuild_tensor_v2"),
+        "dtype slots": (pickle_global("torch", "int64") + b"N" + pickle_value({"itemsize": 1}) + b"\x86b", "torch.int64"),
+        "storage type": (pickle_global("torch", "FloatStorage") + b"N}" + pickle_value("dtype") + f16 + b"s\x86b", "torch.FloatStorage"),
+        "torch.Tensor": (pickle_global("torch", "Tensor") + pickle_value({"name": "Parameter"}) + b"b", "torch.Tensor"),
+        "storage": (storage + pickle_value({"numel": 10**9}) + b"b", "storage 0"),
+        "tensor slots": (rebuild_tensor_v2() + b"N" + pickle_value({"offset": 10**9}) + b"\x86b", "tensor of size (2,)"),
+        "setitem on a dtype": (pickle_global("torch", "float32") + pickle_value("itemsize") + pickle_value(1) + b"s", "torch.float32"),
+        "append to a storage": (storage + pickle_value(1) + b"a", "storage 0"),
+    }
+    paths = {}
+    for i, (name, (ops, _)) in enumerate(cases.items()):
+        paths[name] = tmp_path / f"case{i}.pt"
+        checkpoint_with_storage(paths[name], b"\x80\x02" + ops + b"0}.")   # POP the object, return {}
+    result = run_isolated(f"""
+        import json
+        from fusegrad import dtypes
+        from fusegrad.nn import state
+        paths = {json.dumps({k: str(v) for k, v in paths.items()})}
+        for name, path in paths.items():
+            try: print(json.dumps([name, "loaded " + repr(state.torch_load(path))]))
+            except Exception as e: print(json.dumps([name, type(e).__name__ + ": " + str(e)]))
+        print(json.dumps(["shared", [dtypes.int64.itemsize, dtypes.float32.itemsize, repr(state._rebuild_tensor.__kwdefaults__),
+                                     repr(state._rebuild_tensor.__defaults__)]]))
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    outcome = dict(json.loads(line) for line in result.stdout.splitlines())
+    for name, (_, names) in cases.items():
+        assert outcome[name].startswith("UnpicklingError: torch_load: refusing to") and names in outcome[name], (name, outcome[name])
+    assert outcome["shared"] == [8, 4, "{'dtype': None}", "(False, None, None)"]
+
+def test_tensor_layout_is_checked_again_where_it_is_read(tmp_path):
+    # the last line of defence: whatever made the record, _build_tensor reads nothing outside the storage
+    from fusegrad.nn.state import _Source, _StorageRef, _TensorRef, _build_tensor, _file_tensor
+    path = tmp_path / "bytes.bin"
+    path.write_bytes(struct.pack("<8f", *range(8)))
+    src = _Source(_file_tensor(str(path)), "file")
+    storage = _StorageRef("0", dtypes.float32, 8)
+    def build(offset, size, stride, storage=storage):
+        return _build_tensor(_TensorRef(storage, offset, size, stride, dtypes.float32), src, {"0": 0})
+    assert build(1, (2, 2), (1, 4)).numpy().tolist() == [[1.0, 5.0], [2.0, 6.0]]   # a strided view inside: fine
+    with pytest.raises(ValueError, match="negative"): build(4, (2, 2), (-4, 1))
+    with pytest.raises(ValueError, match="negative"): build(-1, (2,), (1,))
+    with pytest.raises(ValueError, match="past its storage"): build(0, (2, 2), (1, 7))
+    with pytest.raises(ValueError, match="non-integer"): build(0, (2.0,), (1,))
+    with pytest.raises(ValueError, match="outside"): build(0, (2,), (1,), _StorageRef("0", dtypes.float32, 4, 6, storage))
+
+def test_torch_state_dicts_with_metadata_still_load(tmp_path):
+    """torch's state_dict() is an OrderedDict whose _metadata attribute is pickled with BUILD: that BUILD is allowed
+    (on the OrderedDict the pickle made, with a plain attribute name) and _metadata comes back, as with torch.load."""
+    import torch
+    torch.manual_seed(0)
+    models = {"linear": torch.nn.Linear(3, 2), "batchnorm": torch.nn.BatchNorm2d(3),
+              "cnn": torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.Flatten(),
+                                         torch.nn.Linear(4 * 6 * 6, 10))}
+    models["batchnorm"].train()(torch.randn(4, 3, 5, 5))   # running stats and num_batches_tracked that aren't the defaults
+    for name, model in models.items():
+        path = tmp_path / f"{name}.pt"
+        torch.save(model.state_dict(), str(path))
+        loaded, expected = torch_load(str(path)), model.state_dict()
+        assert type(loaded) is collections.OrderedDict and list(loaded) == list(expected), name
+        assert loaded._metadata == expected._metadata, name
+        for key, value in expected.items():
+            assert loaded[key].shape == tuple(value.shape), (name, key)
+            np.testing.assert_array_equal(loaded[key].numpy(), value.numpy(), err_msg=f"{name} {key}")
+    assert torch_load(str(tmp_path / "batchnorm.pt"))["num_batches_tracked"].dtype == dtypes.int64
+    # an attribute that would shadow one of the OrderedDict's methods is refused
+    path = tmp_path / "shadow.pt"
+    checkpoint_zip(path, b"\x80\x02" + pickle_global("collections", "OrderedDict") + b")R" + pickle_value({"items": 1}) + b"b.")
+    with pytest.raises(pickle.UnpicklingError, match="refusing to set attribute 'items'"):
+        torch_load(str(path))
+
+# ================================================================ 5. safetensors headers
+
+@pytest.mark.parametrize("header", [b"[" * 100000, b'{"a":' * 100000, b"[" * 100000 + b"]" * 100000])
+def test_safetensors_header_nested_too_deeply_is_a_value_error(tmp_path, header):
+    path = tmp_path / "deep.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header)
+    with pytest.raises(ValueError, match="nests arrays or objects too deeply"):
+        safe_load(str(path))
