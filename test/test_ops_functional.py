@@ -398,12 +398,28 @@ def test_sparse_categorical_crossentropy(reduction, ls):
 def test_sparse_categorical_crossentropy_ignore_index(reduction, ls):
     x, y = randn(2, 4, 5, scale=2.0), randint(2, 4, high=5, seed=1)
     y[0, 1] = y[1, 3] = -1
-    check(lambda x, y: x.sparse_categorical_crossentropy(y, label_smoothing=ls, reduction=reduction),
-          lambda x, y: _sparse_torch(x, y, -1, ls, reduction), x, y, atol=1e-5)
     y2 = y.copy()
-    y2[y2 == -1] = 2   # a custom ignore_index that is also a valid class
+    y2[y2 == -1] = -100   # an explicit ignore_index other than -1 ignores its entries (PyTorch's rule)
+    check(lambda x, y: x.sparse_categorical_crossentropy(y, ignore_index=-100, label_smoothing=ls, reduction=reduction),
+          lambda x, y: _sparse_torch(x, y, -100, ls, reduction), x, y2, atol=1e-5)
+    y3 = y.copy()
+    y3[y3 == -1] = 2   # a custom ignore_index that is also a valid class
     check(lambda x, y: x.sparse_categorical_crossentropy(y, ignore_index=2, label_smoothing=ls, reduction=reduction),
-          lambda x, y: _sparse_torch(x, y, 2, ls, reduction), x, y2, atol=1e-5)
+          lambda x, y: _sparse_torch(x, y, 2, ls, reduction), x, y3, atol=1e-5)
+
+@pytest.mark.parametrize("reduction", REDS)
+@pytest.mark.parametrize("ls", [0.0, 0.3])
+def test_sparse_categorical_crossentropy_default_ignores_nothing(reduction, ls):
+    """tinygrad's rule: the default ignore_index=-1 ignores nothing. A label -1 is out of range: its entry adds only
+    the smoothing term and still counts in the mean."""
+    x, y = randn(6, 5, scale=2.0), randint(6, high=5, seed=2)
+    y[1] = y[4] = -1
+    log_probs = x - np.log(np.exp(x).sum(-1, keepdims=True))
+    picked = np.where(y >= 0, log_probs[np.arange(6), np.clip(y, 0, None)], 0.0)
+    per_entry = -((1 - ls) * picked + ls * log_probs.mean(-1))
+    expected = {"mean": per_entry.mean(), "sum": per_entry.sum(), "none": per_entry}[reduction]
+    got = Tensor(x).sparse_categorical_crossentropy(Tensor(y), label_smoothing=ls, reduction=reduction)
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5, atol=1e-6)
 
 def test_sparse_categorical_crossentropy_errors():
     x = Tensor(randn(3, 4))

@@ -211,7 +211,8 @@ class FunctionalMixin:
         (shape ``self.shape[:-1]``). Entries equal to ``ignore_index`` count for nothing; "mean"
         divides by the number of counted entries. With label smoothing ``ls`` the loss per entry is
         ``-((1-ls) logp[y] + ls mean(logp))``. Out-of-range indices are not checked (they add only the
-        smoothing term).
+        smoothing term). tinygrad's rule: the default ``ignore_index=-1`` ignores nothing, so a label -1 is an
+        out-of-range index that still counts in the mean (PyTorch's default, -100, does ignore).
 
         >>> round(Tensor([[0.0, 0.0]]).sparse_categorical_crossentropy(Tensor([1])).item(), 4)
         0.6931
@@ -223,7 +224,7 @@ class FunctionalMixin:
         if self.ndim == 0 or tuple(Y.shape) != tuple(self.shape[:-1]):
             raise IndexError(f"sparse_categorical_crossentropy needs Y of shape {self.shape[:-1]} for logits {self.shape}, got {Y.shape}")
         log_probs = self.log_softmax()
-        loss_mask = Y != ignore_index
+        loss_mask = Y != ignore_index if ignore_index != -1 else Y.ones_like(dtype=_dtypes().bool)
         y = Y.reshape(-1, 1)._one_hot_along_dim(num_classes=self.shape[-1]).mul(loss_mask.reshape(-1, 1)).reshape(*Y.shape, self.shape[-1])
         smoothing = label_smoothing * (log_probs.mean(-1) * loss_mask)
         unreduced = (1 - label_smoothing) * (log_probs * y).sum(-1) + smoothing
