@@ -198,7 +198,7 @@ _SCALAR_OPERANDS_SIZE = 512
 class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     """A lazy multi-dimensional array with autograd. See the module docstring for an example."""
     __slots__ = ("uop", "requires_grad", "grad", "_ctx", "_backward_done", "__weakref__")
-    no_grad: bool = False
+    no_grad: bool = False   # older tinygrad's switch (PyTorch's torch.no_grad()): ops made while it is on don't require grad
     _seed: int = 0
     _device_seeds: dict[str, "Tensor"] = {}          # per device: uint32 [stream id, seed], the threefry key
     _device_rng_counters: dict[str, "Tensor"] = {}   # per device: uint32 [low, high] of a 64-bit draw counter
@@ -663,6 +663,9 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """
         if gradient is None and self.numel() != 1:
             raise RuntimeError(f"backward needs a scalar tensor or an explicit gradient; this one has shape {self.shape}")
+        if self.requires_grad is False:   # (PyTorch's error: detach(), Tensor.no_grad or requires_grad=False inputs made it)
+            raise RuntimeError("backward of a tensor that doesn't require grad (it was computed under Tensor.no_grad, from "
+                               "detach(), or only from tensors with requires_grad=False)")
         if not dtypes.is_float(self.dtype): raise RuntimeError(f"only float tensors have a gradient, backward got a {self.dtype} tensor")
         from fusegrad.gradient import compute_gradient, differentiation_order
         in_graph, _ = differentiation_order(self.uop)   # realized tensors included, through their origins
@@ -1130,6 +1133,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
     def _grad_flag(self, *srcs: "Tensor") -> bool | None:
         # True if any operand requires grad, else None if any is undecided, else False (one plain
         # loop: this runs for every op built)
+        if Tensor.no_grad: return False
         flag: bool | None = False
         for t in (self, *srcs):
             if (f := t.requires_grad) is True: return True

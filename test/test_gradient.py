@@ -399,3 +399,17 @@ def test_gradient_of_an_unrelated_target_is_zeros():
     x, y = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0, 4.0, 5.0], requires_grad=True)
     dx, dy = (x * 2).sum().gradient(x, y)
     assert dx.tolist() == [2.0, 2.0] and dy.tolist() == [0.0, 0.0, 0.0]
+
+def test_no_grad_results_do_not_require_grad():
+    """Ops made under ``Tensor.no_grad`` (older tinygrad's switch, torch.no_grad()) don't require grad, and backward()
+    of a tensor that doesn't require grad is PyTorch's RuntimeError (it filled the inputs' .grad anyway)."""
+    x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+    previous, Tensor.no_grad = Tensor.no_grad, True
+    try: y = (x * x).sum()
+    finally: Tensor.no_grad = previous
+    assert y.requires_grad is False
+    with pytest.raises(RuntimeError, match="doesn't require grad"): y.backward()
+    with pytest.raises(RuntimeError, match="doesn't require grad"): (x * x).detach().sum().backward()
+    assert x.grad is None
+    (x * x).sum().backward()   # outside no_grad, as before
+    assert x.grad.tolist() == [2.0, 4.0, 6.0]
