@@ -52,9 +52,14 @@ def _fromnp(array: Any, device: str, dtype: DType | None) -> UOp:
 
 def _infer_list_dtype(data: Any) -> DType:
     flat = list(_flatten_nested(data))
+    _refuse_none(flat, data)
     if flat and all(isinstance(x, bool) for x in flat): return dtypes.bool
     if all(isinstance(x, (bool, int)) for x in flat) and flat: return dtypes.default_int
     return dtypes.default_float
+
+def _refuse_none(flat: list, data: Any, error: type[Exception] = RuntimeError) -> None:
+    """numpy would read None as NaN in a float list: tinygrad's error instead (RuntimeError, TypeError with a dtype)."""
+    if any(x is None for x in flat): raise error(f"can't make a tensor from a list holding None: {data!r:.60}")
 
 def _wrap_ints(data: Any, dtype: DType) -> Any:
     """``data`` (nested lists) with every Python int wrapped into ``dtype`` two's complement style."""
@@ -232,6 +237,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             uop = _fromnp(np.frombuffer(bytes(data), dtype=np.uint8), device, dtypes.uint8 if dtype is None else dtype)
         elif isinstance(data, (list, tuple)):
             import numpy as np
+            if dtype is not None: _refuse_none(list(_flatten_nested(data)), data, TypeError)
             target = dtype or _infer_list_dtype(data)
             try: array = np.array(data, dtype=to_np_dtype(target) if target.fmt is not None else np.float32)
             except ValueError as e: raise ValueError(f"can't make a tensor from a ragged or invalid list: {e}") from None
