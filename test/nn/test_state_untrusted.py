@@ -13,9 +13,12 @@ from fusegrad.nn.state import safe_load, safe_save, torch_load, zip_extract, tar
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def run_isolated(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """``code`` in a fresh interpreter (a crash or a hang there is a failed assertion here, not a dead pytest)."""
+    """``code`` in a fresh interpreter (a crash or a hang there is a failed assertion here, not a dead pytest). Its
+    kernel cache is off: an attack that got through would compile kernels for a corrupted process (a dtype of the
+    wrong size), which must not reach the disk cache other processes read."""
     try:
-        return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                              env={**os.environ, "CACHELEVEL": "0"})
     except subprocess.TimeoutExpired: pytest.fail(f"the child process didn't finish in {timeout} s")
 
 def peak_bytes_of(fn) -> tuple[BaseException | None, int]:
