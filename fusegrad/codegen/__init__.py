@@ -2,7 +2,7 @@
 
     simplify index math (and gated addresses) → optimize (codegen/opt) → bfloat16 emulation → transcendentals
     → grouped reduces to local memory → launch dims → reduces to accumulators → fp8 emulation → vector loads of contiguous lanes
-    → index dtype → innermost UPCAST loops as vector nodes (renderers with vector types) → linearize → render
+    → index dtype → shifts by any amount → innermost UPCAST loops as vector nodes (renderers with vector types) → linearize → render
 """
 from __future__ import annotations
 from fusegrad.dtype import dtypes
@@ -13,7 +13,7 @@ from fusegrad.renderer import Renderer, ProgramSpec
 from fusegrad.codegen.kernel import range_size, kernel_info
 from fusegrad.codegen.opt import optimize_kernel
 from fusegrad.codegen.lowering import lower_reduces, lower_group_reduces, to_launch_dims, narrow_index_dtype, emulate_bfloat16, emulate_fp8, \
-    unwrap_gated_indexes, load_contiguous_lanes, collapse_onehot_reduces
+    unwrap_gated_indexes, load_contiguous_lanes, collapse_onehot_reduces, guard_shifts
 from fusegrad.codegen.linearize import linearize
 from fusegrad.codegen.transcendental import decompose_transcendentals
 from fusegrad.codegen.threefry import decompose_threefry
@@ -92,10 +92,12 @@ def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Progr
     ast = graph_rewrite(ast, symbolic)
     if options.vector_loops: ast = load_contiguous_lanes(ast)
     ast = narrow_index_dtype(ast)
+    # after narrowing, so a shift's width is its dtype's; before vectorizing, so the guards vectorize too
+    ast = guard_shifts(ast)
     # innermost UPCAST loops as vector nodes, where the renderer has vector types
     if options.vector_loops and options.vectorize: ast = vectorize_upcasts(ast, options.max_vector_bytes, "always" if kernel_info(ast).gather_lanes else options.vector_gathers,
                                                                    options.vector_dtypes)
-    if viz is not None: trace.stage("symbolic, contiguous loads, narrow indices, vectors", ast)
+    if viz is not None: trace.stage("symbolic, contiguous loads, narrow indices, shift guards, vectors", ast)
     uops = linearize(ast)
     present = {u.arg for u in uops if u.op is Ops.PARAM}
     # (a dropped buffer's parameter is declared as bytes: its dtype may be one lowering emulates, like bfloat16)

@@ -12,12 +12,14 @@ Each pass is a rule set or a small function over UOps:
 - ``emulate_bfloat16``: bfloat16 values compute in float32; loads and stores convert the bits.
 - ``emulate_fp8``: fp8 values compute in float32, rounded to fp8 after each op; memory holds the codes.
 - ``load_contiguous_lanes``: a vector of loads from consecutive addresses is one vector load.
+- ``guard_shifts``: a shift whose amount may be negative or past the width gets numpy's result (alu.py) on every backend.
 """
 from __future__ import annotations
 import functools, math
 from fusegrad.dtype import dtypes, DType, PtrDType
 from fusegrad.helpers import prod
 from fusegrad.uop.ops import UOp, Ops, GroupOp, AxisType, UPat, PatternMatcher, graph_rewrite
+from fusegrad.uop.symbolic import symbolic_simple
 from fusegrad.codegen.kernel import range_size, free_ranges, grouped_partial_slots, kernel_info, local_axes, loop_nesting
 
 # ---------------------------------------------------------------- reduces become accumulators
@@ -481,3 +483,41 @@ def load_contiguous_lanes(sink: UOp) -> UOp:
             if step.op is not Ops.CONST or step.arg != lane: return None
         return UOp(Ops.LOAD, v.dtype, first.src)
     return graph_rewrite(sink, PatternMatcher([(UPat(Ops.VECTORIZE, name="v"), contiguous)]))
+
+# ---------------------------------------------------------------- shifts by any amount
+
+_UNSIGNED_OF_SIZE = {d.itemsize: d for d in dtypes.uints}
+
+def _shift_width(shift: UOp) -> int: return 8 * shift.dtype.scalar().itemsize
+
+def _shift_in_range(shift: UOp) -> bool:
+    """Is the amount of ``shift`` known (from its bounds) to be in ``[0, width)``, where every backend agrees?"""
+    amount = shift.src[1]
+    return 0 <= amount.vmin and amount.vmax < _shift_width(shift)
+
+def _guard_shift(shift: UOp) -> UOp | None:
+    """``x << n`` / ``x >> n`` with the result alu.py defines for an amount outside ``[0, width)``: 0, or the sign
+    fill for a signed ``>>``. The shift itself only ever sees ``n & (width - 1)``, in range, so no backend meets
+    the undefined case, not even in the unselected arm of a select (LLVM's ``shl`` by the width is poison there)."""
+    if _shift_in_range(shift): return None
+    x, amount = shift.src
+    width = _shift_width(shift)
+    def const(like: UOp, value: int) -> UOp: return UOp.const(like.dtype, value)
+    # a negative amount read as unsigned is at least 2**(bits - 1) >= any width: one compare tests both ends
+    unsigned = amount if amount.vmin >= 0 else amount.cast(_UNSIGNED_OF_SIZE[amount.dtype.scalar().itemsize].vec(amount.dtype.count))
+    in_range = unsigned < const(unsigned, width)
+    masked = amount & const(amount, width - 1)   # n where n is in range; bounds [0, width), so this rule leaves the new shift alone
+    if shift.op is Ops.SHR and not dtypes.is_unsigned(x.dtype.scalar()):
+        return x >> in_range.where(masked, const(amount, width - 1))   # shifting by width - 1 is the sign fill
+    return in_range.where(shift.replace(src=(x, masked)), const(x, 0))
+
+# (symbolic_simple folds the guard of a constant amount to its value: x << 40 is 0, int32 x >> 40 is x >> 31)
+pm_guard_shifts = PatternMatcher([(UPat((Ops.SHL, Ops.SHR), name="shift"), _guard_shift)]) + symbolic_simple
+
+def guard_shifts(sink: UOp) -> UOp:
+    """Give every shift numpy's result for any amount (``_guard_shift``). A shift whose amount's bounds are in
+    ``[0, width)`` (a constant, a masked or clamped amount: random numbers' rotations, bfloat16 and fp8 bit
+    manipulation, sin's argument reduction) is left as it is. Runs after ``narrow_index_dtype``, when every
+    integer has its real width."""
+    if all(_shift_in_range(x) for x in sink.toposort if x.op in (Ops.SHL, Ops.SHR)): return sink
+    return graph_rewrite(sink, pm_guard_shifts)

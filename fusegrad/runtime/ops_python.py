@@ -11,8 +11,8 @@ a lane reading an element that another lane wrote since the last BARRIER raises 
 (a race on a real GPU). Accesses are bounds checked: an active, ungated access outside the buffer
 raises ``IndexError``.
 
-ALU results match ``fusegrad.uop.alu.exec_alu``: integers wrap in their dtype, IDIV/MOD follow C,
-transcendental ops and MULACC are computed in float64 and rounded once, like ``exec_alu`` does
+ALU results match ``fusegrad.uop.alu.exec_alu``: integers wrap in their dtype, IDIV/MOD follow C, a shift by any
+amount gives numpy's result, transcendental ops and MULACC are computed in float64 and rounded once, like ``exec_alu`` does
 (float64 EXP2/LOG2/POW run per element through Python's math, since numpy's can differ by an ulp).
 TRUNC follows ``exec_alu`` too: ``trunc(-0.5)`` is ``0.0``, not C's ``-0.0``.
 
@@ -261,11 +261,18 @@ def _int_alu(op: Ops, xs: list, npdt: np.dtype) -> Any:
     if op is Ops.AND: return np.bitwise_and(xs[0], xs[1])
     if op is Ops.OR: return np.bitwise_or(xs[0], xs[1])
     if op is Ops.XOR: return np.bitwise_xor(xs[0], xs[1])
-    if op is Ops.SHL: return np.left_shift(xs[0], xs[1])
-    if op is Ops.SHR: return np.right_shift(xs[0], xs[1])
+    if op is Ops.SHL or op is Ops.SHR: return _shift(op, xs[0], xs[1])
     if op is Ops.MOD: return np.fmod(xs[0], xs[1])                       # C remainder; x % 0 gives 0
     if op is Ops.IDIV: return np.floor_divide(xs[0] - np.fmod(xs[0], xs[1]), xs[1])  # exact, so it truncates; x // 0 gives 0
     raise NotImplementedError(f"the PYTHON device can't run {op} on integers")
+
+def _shift(op: Ops, x: np.ndarray, amount: np.ndarray) -> np.ndarray:
+    """SHL/SHR as ``exec_alu`` defines them for every amount: numpy's shifts already give 0, or the sign fill for a
+    signed ``>>``, for an amount outside [0, width) of the value's dtype. The amount comes in its own dtype and is
+    clipped to the width (negative ones too) before it takes the value's: an int32 259 cast to int8 would be 3."""
+    width = 8 * x.dtype.itemsize
+    amount = np.where((amount < 0) | (amount > width), width, amount).astype(x.dtype, copy=False)
+    return np.left_shift(x, amount) if op is Ops.SHL else np.right_shift(x, amount)
 
 _BOOL_LOGIC = {Ops.AND: np.logical_and, Ops.OR: np.logical_or, Ops.XOR: np.logical_xor, Ops.MAX: np.logical_or}
 
@@ -297,6 +304,9 @@ def _make_alu(op: Ops, dt: DType, src_dts: list[DType]) -> Callable[[list], Any]
         return lambda xs: np.not_equal(_int_alu(op, [np.asarray(x, i64) for x in xs], i64), 0)
     if _is_int(scal):
         if op in _FLOAT_ONLY: return lambda xs: _float_to_int(_float_alu(op, [np.asarray(x, np.float64) for x in xs]), onp)
+        if op is Ops.SHL or op is Ops.SHR:   # (the amount keeps its own dtype: see _shift)
+            amount_np = _np(src_dts[1])
+            return lambda xs: np.asarray(_shift(op, np.asarray(xs[0]).astype(onp, copy=False), np.asarray(xs[1]).astype(amount_np, copy=False)))
         return lambda xs: np.asarray(_int_alu(op, [np.asarray(x).astype(onp, copy=False) for x in xs], onp)) \
             .astype(onp, copy=False)
     # floats: exec_alu computes in float64 and rounds once; numpy's native float16/float32 ops round

@@ -5,8 +5,17 @@ like C (``dtypes.as_const`` truncates to the dtype's width); IDIV truncates towa
 takes the dividend's sign, as C does. Where C traps, the result is numpy's: ``MIN // -1`` wraps
 to MIN, ``MIN % -1`` is 0, and division or remainder by zero is 0 (the C renderer guards both).
 
+Shifts are defined for every amount, as numpy and PyTorch define them (C leaves an amount that is negative or
+not less than the width undefined, and hardware disagrees: x86 takes it mod 32 or 64, LLVM makes it poison).
+An amount outside ``[0, width)``, with width the bits of the shifted value's dtype, shifts every bit out:
+SHL gives 0, SHR gives the sign fill (-1 for a negative signed value, else 0). The amount is read in its own
+dtype (an int8 ``-1`` is negative, a uint8 ``255`` is past the width). Codegen's ``guard_shifts`` makes the
+kernels of every backend agree.
+
 >>> exec_alu(Ops.IDIV, dtypes.int32, (-7, 2))
 -3
+>>> exec_alu(Ops.SHL, dtypes.int32, (1, 32)), exec_alu(Ops.SHR, dtypes.int32, (-8, 40)), exec_alu(Ops.SHR, dtypes.int8, (-8, -1))
+(0, -1, -1)
 """
 from __future__ import annotations
 import math
@@ -48,6 +57,13 @@ def _max(a: Any, b: Any) -> Any:
     if isinstance(a, float) and math.isnan(a) or isinstance(b, float) and math.isnan(b): return math.nan
     return max(a, b)
 
+# Past this many bits every value of every dtype (at most 64 bits wide) is shifted out: a Python int shifted by 64
+# and then wrapped to its dtype is 0, and a value in its dtype's range shifted right by 64 is its sign fill.
+_SHIFT_OUT = 64
+
+def _shl(a: int, b: int) -> int: return a << b if 0 <= b < _SHIFT_OUT else 0
+def _shr(a: int, b: int) -> int: return a >> (b if 0 <= b < _SHIFT_OUT else _SHIFT_OUT)
+
 def _pow(a: float, b: float) -> float:
     try: return float(a) ** b if not (a < 0 and b != int(b)) else math.nan
     except (OverflowError, ZeroDivisionError): return math.inf
@@ -82,7 +98,7 @@ PYTHON_ALU: dict[Ops, Callable[..., Any]] = {
     Ops.IDIV: _idiv, Ops.MOD: _mod, Ops.FDIV: _fdiv, Ops.MAX: _max, Ops.POW: _pow,
     Ops.CMPLT: lambda a, b: a < b, Ops.CMPNE: lambda a, b: a != b, Ops.CMPEQ: lambda a, b: a == b,
     Ops.AND: lambda a, b: a & b, Ops.OR: lambda a, b: a | b, Ops.XOR: lambda a, b: a ^ b,
-    Ops.SHL: lambda a, b: a << b, Ops.SHR: lambda a, b: a >> b,
+    Ops.SHL: _shl, Ops.SHR: _shr,
     Ops.WHERE: lambda c, a, b: a if c else b, Ops.MULACC: lambda a, b, c: a * b + c, Ops.THREEFRY: _threefry,
 }
 

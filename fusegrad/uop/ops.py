@@ -506,7 +506,10 @@ def _min_max(u: UOp) -> tuple[ConstType, ConstType]:
     if dtypes.is_int(u.dtype) and isinstance(lo, int) and isinstance(hi, int):
         dtype = u.dtype.scalar()
         low, high = (-(2**63), 2**63 - 1) if dtype in (dtypes.index, dtypes.weakint) else (dtypes.min(dtype), dtypes.max(dtype))
-        if lo < low or hi > high: return low, high
+        if lo < low or hi > high:
+            # unsigned math is modular: bounds within one period of 2**bits wrap together (x - 1 is x + 0xFFFFFFFF in uint32)
+            if dtypes.is_unsigned(dtype) and lo // (high + 1) == hi // (high + 1): return lo % (high + 1), hi % (high + 1)
+            return low, high
     return lo, hi
 
 def _raw_min_max(u: UOp) -> tuple[ConstType, ConstType]:
@@ -521,14 +524,24 @@ def _raw_min_max(u: UOp) -> tuple[ConstType, ConstType]:
         return (decided, decided) if decided is not None else (False, True)
     if dtypes.is_int(u.dtype) and u.src:
         s0 = u.src[0]
-        if u.op is Ops.ADD: return s0.vmin + u.src[1].vmin, s0.vmax + u.src[1].vmax
+        if u.op is Ops.ADD:
+            # a - b is built as a + (-b): bound it as the difference (-b alone of an unsigned b spans the whole range)
+            for a, b in (u.src, u.src[::-1]):
+                if b.op is Ops.NEG: return a.vmin - b.src[0].vmax, a.vmax - b.src[0].vmin
+            return s0.vmin + u.src[1].vmin, s0.vmax + u.src[1].vmax
         if u.op is Ops.SUB: return s0.vmin - u.src[1].vmax, s0.vmax - u.src[1].vmin
         if u.op is Ops.NEG: return -s0.vmax, -s0.vmin
         if u.op is Ops.MUL:
             corners = [a * b for a in (s0.vmin, s0.vmax) for b in (u.src[1].vmin, u.src[1].vmax)]
             return min(corners), max(corners)
         if u.op is Ops.MAX: return max(s0.vmin, u.src[1].vmin), max(s0.vmax, u.src[1].vmax)
-        if u.op is Ops.WHERE: return min(u.src[1].vmin, u.src[2].vmin), max(u.src[1].vmax, u.src[2].vmax)
+        if u.op is Ops.WHERE:
+            cond, a, b = u.src
+            # where(a < b, a, b) is min(a, b) and where(b < a, a, b) max(a, b): a clamp keeps its bounds
+            if cond.op is Ops.CMPLT and a is not b and set(cond.src) == {a, b}:
+                pick = min if cond.src[0] is a else max
+                return pick(a.vmin, b.vmin), pick(a.vmax, b.vmax)
+            return min(a.vmin, b.vmin), max(a.vmax, b.vmax)
         if u.op is Ops.IDIV and u.src[1].op is Ops.CONST and u.src[1].arg != 0:
             c = u.src[1].arg
             corners = [_cdiv(s0.vmin, c), _cdiv(s0.vmax, c)]
@@ -537,12 +550,14 @@ def _raw_min_max(u: UOp) -> tuple[ConstType, ConstType]:
             c = u.src[1].arg
             if s0.vmin >= 0: return (s0.vmin, s0.vmax) if s0.vmax < c else (0, min(c - 1, s0.vmax))
             return max(-(c - 1), s0.vmin), min(c - 1, max(s0.vmax, 0))
-        if u.op is Ops.SHL and u.src[1].op is Ops.CONST and s0.vmin >= 0:
-            return s0.vmin << u.src[1].arg, s0.vmax << u.src[1].arg
-        if u.op is Ops.SHR and u.src[1].op is Ops.CONST and s0.vmin >= 0:
-            return s0.vmin >> u.src[1].arg, s0.vmax >> u.src[1].arg
-        if u.op is Ops.AND and u.src[1].op is Ops.CONST and u.src[1].arg >= 0 and s0.vmin >= 0:
-            return 0, min(s0.vmax, u.src[1].arg)
+        # (amounts in [0, 64) only: past the width the results are 0 or wide enough to widen, and Python ints stay small;
+        # a negative amount shifts everything out too, see alu.py)
+        if u.op in (Ops.SHL, Ops.SHR) and s0.vmin >= 0 and 0 <= (amount := u.src[1]).vmin and amount.vmax < 64:
+            if u.op is Ops.SHL: return s0.vmin << amount.vmin, s0.vmax << amount.vmax
+            return s0.vmin >> amount.vmax, s0.vmax >> amount.vmin
+        # (a non-negative mask clears the sign bit: the result is in [0, mask] whatever the sign of the other side)
+        if u.op is Ops.AND and u.src[1].op is Ops.CONST and u.src[1].arg >= 0:
+            return 0, min(s0.vmax, u.src[1].arg) if s0.vmin >= 0 else u.src[1].arg
         if u.op is Ops.CAST and dtypes.is_int(s0.dtype) or (u.op is Ops.CAST and s0.dtype == dtypes.bool):
             lo, hi = dtypes.min(u.dtype), dtypes.max(u.dtype)
             if u.dtype in (dtypes.index, dtypes.weakint) or (lo <= s0.vmin and s0.vmax <= hi): return int(s0.vmin), int(s0.vmax)
