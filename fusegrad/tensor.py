@@ -425,6 +425,9 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         refuse_data_access_in_capture(".numpy()/.item()/.tolist()")   # inside a TinyJit capture the value would be baked in
         if isinstance(self.device, str) and self.device.startswith("DISK:"): return self.to("CPU").numpy()
         if dtypes.is_weak(self.dtype): return self.cast(dtypes.concrete(self.dtype)).numpy()
+        if self.dtype == dtypes.bfloat16:
+            # its 16 bits, widened on the host (a cast to float32 in the kernel would read a product before rounding)
+            return (self.bitcast(dtypes.uint16).numpy().astype(np.uint32) << 16).view(np.float32)
         if self.dtype.fmt is None: return self.cast(dtypes.float32).numpy()
         if isinstance(self.device, tuple): return self.to(self.device[0]).numpy()
         self.realize()

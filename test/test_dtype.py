@@ -266,3 +266,21 @@ def test_dtypes_are_interned():
     del one_off
     gc.collect()
     assert key not in _INTERNED_DTYPES
+
+def test_bfloat16_ops_round_every_result_like_torch():
+    """Every bfloat16 op's result is a bfloat16 value, also inside one fused kernel and when read back (it stayed a
+    float32 until stored: x + y of bfloat16s read back as 1.01001, not 1.0078125); a product summed in float32 (a
+    matmul) keeps its exact float32 terms, as PyTorch's matmul does."""
+    import torch
+    rng = np.random.default_rng(3)
+    a_np, b_np = rng.standard_normal(64).astype(np.float32), rng.uniform(0.5, 2.0, 64).astype(np.float32)
+    a, b = Tensor(a_np).cast(dtypes.bfloat16), Tensor(b_np).cast(dtypes.bfloat16)
+    ta, tb = torch.tensor(a_np).bfloat16(), torch.tensor(b_np).bfloat16()
+    chains = [lambda x, y: x + y, lambda x, y: ((x + y) - 1) * 1000, lambda x, y: x * y, lambda x, y: x / y,
+              lambda x, y: (x * y + x) / (y - 3), lambda x, y: y.sqrt() * x, lambda x, y: (x * y).exp() + 1]
+    for chain in chains:
+        np.testing.assert_array_equal(chain(a, b).numpy(), chain(ta, tb).float().numpy())
+    m_np = rng.standard_normal((48, 48)).astype(np.float32)
+    m, tm = Tensor(m_np).cast(dtypes.bfloat16), torch.tensor(m_np).bfloat16()
+    np.testing.assert_allclose((m @ m).numpy(), (tm @ tm).float().numpy(), rtol=1e-2, atol=1e-2)
+    assert (Tensor([1.0], dtype=dtypes.bfloat16) + Tensor([0.01], dtype=dtypes.bfloat16)).tolist() == [1.0078125]

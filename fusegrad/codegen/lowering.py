@@ -305,8 +305,14 @@ def _float_to_bf16_bits(x: UOp) -> UOp:
 def _round_to_bf16(x: UOp) -> UOp:
     return _bf16_bits_to_float(_float_to_bf16_bits(x))
 
+# bfloat16 ops whose float32 result of bfloat16 operands is itself a bfloat16 value: no rounding needed
+_EXACT_IN_BF16 = {Ops.MAX, Ops.NEG, Ops.WHERE, Ops.TRUNC}
+
 def emulate_bfloat16(sink: UOp) -> UOp:
-    """Rewrite bfloat16 math into float32 math with explicit conversions at memory and casts."""
+    """Rewrite bfloat16 math into float32 math with explicit conversions at memory and casts. Every bfloat16 op's
+    result is rounded to bfloat16, as it would be stored (PyTorch's and tinygrad's values: ``x + y`` of two bfloat16s
+    read back, or used further in the same kernel, is the bfloat16 sum). One exception: a product cast to float32
+    and summed (a matmul's or a conv's terms) stays the exact float32 product, as PyTorch's matmul has it."""
     if not any(x.dtype.scalar() == dtypes.bfloat16 or (x.dtype.base.scalar() == dtypes.bfloat16) for x in sink.toposort):
         return sink
     bf16, f32 = dtypes.bfloat16, dtypes.float32
@@ -326,13 +332,22 @@ def emulate_bfloat16(sink: UOp) -> UOp:
         # a copy (a packed panel's fill, a contiguous copy) stores the loaded bits as they were
         bits = val.src[0].src[0].src[0] if _is_bf16_widened(val) else _float_to_bf16_bits(val)
         return UOp(Ops.STORE, dtypes.void, (bits_index, bits) + st.src[2:])
+    products: dict[UOp, UOp] = {}   # a rounded bfloat16 product -> the exact float32 product
     def fix_cast(c: UOp, x: UOp) -> UOp | None:
         # sources are already rewritten, so a former bfloat16 source is float32 by now
         return _round_to_bf16(x.cast(f32)) if c.dtype == bf16 else None
+    def fix_reduce(r: UOp) -> UOp | None:
+        # a sum of bfloat16 products cast to float32 (a matmul, a conv): the terms are the exact products
+        term = r.src[0]
+        if term.op is Ops.CAST and term.dtype == f32 and term.src[0] in products: return r.replace(src=(products[term.src[0]],) + r.src[1:])
+        return None
     def fix_value(x: UOp) -> UOp | None:
         if x.dtype != bf16 or x.op in (Ops.LOAD, Ops.CAST, Ops.BITCAST): return None
         if x.op is Ops.CONST: return UOp.const(f32, x.arg)
-        return x.replace(dtype=f32)
+        if x.op not in GroupOp.ALU or x.op in _EXACT_IN_BF16: return x.replace(dtype=f32)
+        rounded = _round_to_bf16(x.replace(dtype=f32))
+        if x.op is Ops.MUL: products[rounded] = x.replace(dtype=f32)
+        return rounded
     def fix_fragment(v: UOp) -> UOp | None:
         # a tensor core fragment (OptOps.TC) holds the 16-bit patterns: a lane loaded from memory keeps
         # its bits as loaded, a computed lane (float32 by now) is rounded to bfloat16
@@ -350,6 +365,7 @@ def emulate_bfloat16(sink: UOp) -> UOp:
         (UPat(Ops.CAST, name="c", src=(UPat.var("x"),)), fix_cast),
         (UPat(Ops.BITCAST, name="b", src=(UPat.var("x"),)), fix_bitcast),
         (UPat(Ops.VECTORIZE, name="v"), fix_fragment),
+        (UPat(Ops.REDUCE, name="r"), fix_reduce),
         (UPat(name="x"), fix_value),
     ])
     return graph_rewrite(sink, rules)
