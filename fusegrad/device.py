@@ -8,7 +8,7 @@ True
 >>> buf = Buffer("CPU", 4, dtypes.float32).ensure_allocated()
 """
 from __future__ import annotations
-import ctypes, functools, importlib, mmap, os, pathlib, sqlite3, threading
+import ctypes, errno, functools, importlib, mmap, os, pathlib, sqlite3, threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from fusegrad.dtype import DType, dtypes, ImageDType
@@ -71,10 +71,18 @@ class Allocator:
     def alloc(self, size: int, options: Any = None) -> Any:
         if size <= 0: raise ValueError(f"buffer size must be positive, got {size}")
         if (cached := self.cache.get((size, options))): return cached.pop()
-        try: return self._alloc(size, options)
+        try: return self._alloc_or_memory_error(size, options)
         except MemoryError:
             self.free_cache()
-            return self._alloc(size, options)
+            return self._alloc_or_memory_error(size, options)
+    def _alloc_or_memory_error(self, size: int, options: Any) -> Any:
+        """``_alloc``, with the ways a host allocation can fail (no memory, or a size past what the OS or ctypes
+        takes: OverflowError, OSError ENOMEM from mmap) all reported as MemoryError naming the size."""
+        try: return self._alloc(size, options)
+        except (MemoryError, OverflowError) as e: raise MemoryError(f"can't allocate {size} bytes on {type(self).__name__}: {e}") from None
+        except OSError as e:
+            if e.errno != errno.ENOMEM: raise
+            raise MemoryError(f"can't allocate {size} bytes on {type(self).__name__}: {e}") from None
     def free(self, opaque: Any, size: int, options: Any = None) -> None:
         if LRU.value and not (options is not None and getattr(options, "nolru", False)):   # (.value: no __bool__ call per free)
             self.cache.setdefault((size, options), []).append(opaque)

@@ -205,3 +205,9 @@ def test_shape_sizes_must_be_ints():
     for make in (lambda: Tensor.zeros(2, -3), lambda: Tensor.empty(-5), lambda: Tensor.rand(2, -2)):
         with pytest.raises(ValueError, match="negative"): make()
     assert t.reshape(np.int64(3), 4).shape == (3, 4) and Tensor.ones((True, 2)).shape == (1, 2)
+
+def test_host_allocation_failures_are_memory_errors():
+    """A buffer past what the machine or ctypes can hold is a MemoryError naming the size (was a bare OverflowError from
+    ctypes, or an OSError from mmap)."""
+    for size in (2 ** 40, 2 ** 62):
+        with pytest.raises(MemoryError, match=f"can't allocate {size * 4} bytes"): Tensor.empty(size).realize()
