@@ -477,7 +477,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         >>> Tensor([[1, 2], [3, 4]]).T.contiguous().tolist()
         [[1, 3], [2, 4]]
         """
-        if _is_plain(self.uop) and self._is_realized(): return Tensor(self.uop, requires_grad=None if self.requires_grad else self.requires_grad)
+        if _is_plain(self.uop) and self._is_realized(): return Tensor(self.uop, requires_grad=False if self.requires_grad is False else None)
         if self.uop.base.op is Ops.CONST and isinstance(self.device, str) and all_int(self.shape) and self.numel() > 0:
             # equal constants are one interned UOp, so CONTIGUOUS(CONST) made twice would be one graph and,
             # realized together, one buffer: [Tensor.zeros(n).contiguous() for _ in layers] (KV caches, state)
@@ -1172,12 +1172,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             return (scalar, x) if reverse else (x, scalar)
         if not isinstance(y, Tensor):
             y = x._to_tensor(y)
-        if x.device != y.device:
-            if isinstance(x.device, tuple) == isinstance(y.device, tuple):
-                raise RuntimeError(f"tensors are on different devices: {x.device} and {y.device}")
-            # a single-device operand of a multi-device op is copied to every device (each takes the part it needs)
-            if isinstance(x.device, tuple): y = y.to(x.device)
-            else: x = x.to(y.device)
+        if x.device != y.device: x, y = _on_common_devices(x, y)
         if match_dtype:
             out_dtype = least_upper_dtype(x.dtype, y.dtype)
             x, y = x.cast(out_dtype), y.cast(out_dtype)
@@ -2530,11 +2525,8 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         elif not isinstance(y, Tensor): y = x._to_tensor(y)
         x, y = x._broadcasted(y)
         if cond.device != x.device:
-            if isinstance(cond.device, tuple) == isinstance(x.device, tuple):
-                raise RuntimeError(f"tensors are on different devices: the condition on {cond.device}, the values on {x.device}")
-            # a single-device operand of a multi-device op is copied to every device (as in every binary op)
-            if isinstance(x.device, tuple): cond = cond.to(x.device)
-            else: x, y = x.to(cond.device), y.to(cond.device)
+            cond, x = _on_common_devices(cond, x)
+            y = y.to(x.device) if y.device != x.device else y
         shape = _broadcast_shape(cond.shape, x.shape)
         return cond._broadcast_to(shape)._apply(Ops.WHERE, x._broadcast_to(shape), y._broadcast_to(shape), dtype=x.dtype)
     def copysign(self, other: Any) -> "Tensor":
@@ -2804,6 +2796,14 @@ def _holds(small: Any, large: Any) -> bool:
     assumed to hold when the bounds can't decide it (tinygrad's rule for shape checks)."""
     if isinstance(small, int) and isinstance(large, int): return small <= large
     return resolve(sint_to_uop(large - small) >= 0, True)
+
+def _on_common_devices(x: "Tensor", y: "Tensor") -> tuple["Tensor", "Tensor"]:
+    """Operands of one op on different devices: a single-device one is copied to the other's devices when that one
+    is multi-device (each shard takes the part it needs); two single-device (or two multi-device) operands on
+    different devices are a RuntimeError (tinygrad's type)."""
+    if isinstance(x.device, tuple) == isinstance(y.device, tuple):
+        raise RuntimeError(f"tensors are on different devices: {x.device} and {y.device}")
+    return (x, y.to(x.device)) if isinstance(x.device, tuple) else (x.to(y.device), y)
 
 def _int_sizes(shape: tuple, allow_bool: bool = False) -> tuple:
     """``shape`` with plain int sizes (numpy integers are ints; symbolic sizes stay), or RuntimeError (tinygrad's) for
