@@ -405,7 +405,7 @@ def setitem(x: "Tensor", indices: Any, value: Any) -> None:
         _, chain = view_chain(view.uop, stop=x.uop)
         x.replace(merge_through(x, chain, new_value._broadcast_to(view.shape)))
         return
-    new_value = _checked_value(view, new_value)   # (a shape, dtype or device error before anything is written)
+    if not is_disk: new_value = _checked_value(view, new_value)   # (a shape, dtype or device error before anything is written)
     _, chain = view_chain(view.uop, stop=x.uop)
     if view is not x and all(op is Ops.RESHAPE for op, _ in chain):
         # the view is all of x reshaped (``t[0]`` of a one-element dim, ``t[None]``): the write is x's
