@@ -19,6 +19,7 @@ from fusegrad.schedule import create_schedule, ScheduleItem
 from fusegrad.schedule.tensor_rules import const_value   # (module level: _is_realized_uop runs on every realize)
 from fusegrad.buffers import new_buffer_uop, buffer_of, BUFFERS
 from fusegrad.engine.realize import run_schedule, capturing, shape_guards
+from fusegrad.engine.jit import unbind_variables
 from fusegrad.uop.alu import threefry2x32
 from fusegrad.gradient import record_origins, split_reduce   # (module level: an import inside _apply_becomes cost ~1.4 us per realize)
 from fusegrad.mixins.processing import ProcessingMixin
@@ -1451,7 +1452,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             if not all(_holds_now(x, y) for x, y in conditions):
                 raise ValueError(f"invalid shrink {bounds} for shape {self.shape}: out of range with the variables' bound values")
             # a TinyJit capturing this shrink checks the bounds again with each replay's values
-            if shape_guards: shape_guards[-1].extend((_unbound(x), _unbound(y)) for x, y in conditions if isinstance(x, UOp) or isinstance(y, UOp))
+            if shape_guards: shape_guards[-1].extend(tuple(unbind_variables(v) if isinstance(v, UOp) else v for v in (x, y)) for x, y in conditions if isinstance(x, UOp) or isinstance(y, UOp))
         if all(b == (0, s) for b, s in zip(bounds, self.shape)): return self
         return self._apply(Ops.SHRINK, arg=bounds)
     def pad(self, padding: Sequence, mode: str = "constant", value: float = 0.0) -> "Tensor":
@@ -2820,11 +2821,6 @@ def _holds_now(small: Any, large: Any) -> bool:
     if all(isinstance(v, int) for v in values): return values[0] <= values[1]
     return True
 
-def _unbound(size: Any) -> Any:
-    """A size with its bound variables' bindings removed (the expression of the variables themselves)."""
-    if not isinstance(size, UOp): return size
-    return size.substitute({b: b.src[0] for b in size.toposort if b.op is Ops.BIND})
-
 def _fully_bound(size: UOp) -> bool:
     bound = {x.src[0] for x in size.toposort if x.op is Ops.BIND}
     return all(x in bound for x in size.toposort if x.op is Ops.DEFINE_VAR)
@@ -2833,7 +2829,7 @@ def _bound_value(size: UOp) -> int:
     """The current value of a size made of bound variables."""
     from fusegrad.uop.ops import sym_infer
     binds = {x.src[0]: x.src[1].arg for x in size.toposort if x.op is Ops.BIND}
-    return sym_infer(_unbound(size), binds)
+    return sym_infer(unbind_variables(size), binds)
 
 def _is_realized_uop(u: UOp) -> bool:
     """A view of an allocated buffer or a constant (a multi-device tensor: every shard is)."""

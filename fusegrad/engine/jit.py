@@ -134,11 +134,11 @@ def _signature(value: Any) -> InputSignature:
     Variables: the signature has the unbound Variable, so a new value of it replays the same capture."""
     from fusegrad.tensor import Tensor
     if isinstance(value, Tensor):
-        shape = _map_uops(value.shape, _unbind)
+        shape = _map_uops(value.shape, unbind_variables)
         if isinstance(value.device, tuple):
             from fusegrad.schedule.multi import multi_axis
             return InputSignature(shape, value.dtype, value.device, multi_axis(value.uop))
-        return InputSignature(shape, value.dtype, value.device, view=_map_uops(_view_of(value.uop), _unbind))
+        return InputSignature(shape, value.dtype, value.device, view=_map_uops(_view_of(value.uop), unbind_variables))
     return InputSignature((), value.dtype, ("variable", value.src[0].arg))
 
 # ---------------------------------------------------------------- bound Variables in inputs and outputs
@@ -149,7 +149,7 @@ def _map_uops(value: Any, fn: Callable[[UOp], UOp]) -> Any:
     if isinstance(value, tuple): return tuple(_map_uops(v, fn) for v in value)
     return value
 
-def _unbind(u: UOp) -> UOp:
+def unbind_variables(u: UOp) -> UOp:
     """``u`` with every bound Variable replaced by the Variable itself."""
     binds = {b: b.src[0] for b in u.toposort if b.op is Ops.BIND}
     return u.substitute(binds) if binds else u
