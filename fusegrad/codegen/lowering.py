@@ -37,6 +37,21 @@ def slot_index(ranges: list[UOp]) -> UOp:
         stride *= range_size(r)
     return index
 
+# Floating-point contraction happens here and nowhere else. Compilers are told not to fuse a multiply and an add on
+# their own (gcc -ffp-contract=off, no LLVM `contract` flag, OpenCL FP_CONTRACT OFF, NVRTC --fmad=false): whether
+# they would depends on the CPU (a half FMA exists only with AVX512-FP16), on how an expression was split into
+# statements and on vector versus scalar code, so the same value computed in two kernels could differ in its last
+# bits. The one place fusion is wanted is a sum of products (matmul, conv): its running sum is updated with a fused
+# multiply-add, written into the IR as MULACC, which every renderer emits as a real fma. So the accumulation rounds
+# once per term on every device, and every other op rounds as written, as numpy and PyTorch's elementwise ops do.
+_FUSED_ACCUMULATOR_DTYPES = (dtypes.float32, dtypes.float64)
+
+def fuses_into_accumulator(reduce_op: Ops, value: UOp) -> bool:
+    """True when a reduce's update ``running + value`` becomes ``MULACC(a, b, running)``: a float32/float64 sum
+    whose value is a product ``a * b``. (Half and bfloat16 sums keep their own rounding rules; integer sums are
+    exact either way.)"""
+    return reduce_op is Ops.ADD and value.op is Ops.MUL and value.dtype.scalar() in _FUSED_ACCUMULATOR_DTYPES
+
 def lower_reduces(sink: UOp) -> UOp:
     """Replace every REDUCE(value, *ranges) by an accumulator in a DEFINE_REG.
 
@@ -81,6 +96,7 @@ def lower_reduces(sink: UOp) -> UOp:
         running = UOp(Ops.LOAD, red.dtype, (update_slot, init_done) + tuple(own))
         if update_value.op is Ops.WMMA and red.arg is Ops.ADD:   # the instruction adds to the running sums itself
             updated = update_value.replace(src=update_value.src[:-1] + (running,))
+        elif fuses_into_accumulator(red.arg, update_value): updated = UOp(Ops.MULACC, red.dtype, update_value.src + (running,))
         else: updated = UOp(red.arg, red.dtype, (running, update_value))
         update = UOp(Ops.STORE, dtypes.void, (update_slot, updated) + tuple(own))
         end = UOp(Ops.END, dtypes.void, (update,) + tuple(own) + tuple(update_ranges))

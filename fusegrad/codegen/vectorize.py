@@ -28,8 +28,8 @@ that collected the loop's stores collect the chunks' stores instead, and the lin
 like any other (loop-invariant gathers and broadcasts move out of enclosing loops by themselves).
 
 Every lane does the same ops in the same order as its scalar iteration did, so no sum is reordered; results match
-the scalar loop up to FMA contraction, which gcc (-ffp-contract=fast) may apply differently to scalar and vector code
-(a few ulps). Compares give -1/0 lane masks, so a loop that uses a bool as a number (or orders bools) stays scalar.
+the scalar loop bit for bit (compilers never contract a*b+c on their own: a fused multiply-add is a MULACC in the
+IR, the same in scalar and vector code). Compares give -1/0 lane masks, so a loop that uses a bool as a number (or orders bools) stays scalar.
 A register array (DEFINE_REG) whose loop accesses all vectorize with the same V at slots divisible by V becomes an
 array of vectors; scalar code elsewhere still reads its elements (through a scalar pointer INDEX).
 

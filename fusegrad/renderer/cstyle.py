@@ -77,7 +77,9 @@ class CStyleLanguage(Renderer):
             if dtypes.is_float(dtype): return f"((({s[0]}>{s[1]})|({s[0]}!={s[0]}))?{s[0]}:{s[1]})"
             return f"(({s[0]}>{s[1]})?{s[0]}:{s[1]})"
         if op is Ops.WHERE: return f"({s[0]}?{s[1]}:{s[2]})"
-        if op is Ops.MULACC: return f"(({s[0]}*{s[1]})+{s[2]})"
+        if op is Ops.MULACC:   # a fused multiply-add where the IR asks for one (codegen/lowering.py), never elsewhere
+            if dtypes.is_float(dtype): return self.math_function("fma", dtype, f"{s[0]}, {s[1]}, {s[2]}")
+            return f"(({s[0]}*{s[1]})+{s[2]})"
         raise NotImplementedError(f"{type(self).__name__} can't render {op}")
 
     def render_int_division(self, u: UOp, a: str, b: str) -> str:
@@ -162,6 +164,7 @@ class CStyleLanguage(Renderer):
             # (doubly parenthesized: a statement expression must keep its own parentheses where callers strip a pair)
             return f"(({{ {vec} x_ = {_strip(s[0])}, r_; for (int i_ = 0; i_ < {dtype.count}; i_++) r_[i_] = {sqrt}(x_[i_]); r_; }}))"
         if op is Ops.NEG: return f"(-{s[0]})"
+        if op is Ops.MULACC and dtypes.is_float(dtype): return f"(({_strip(vector_fma_loop(self.render_dtype(dtype), dtype, *s))}))"
         if op is Ops.MULACC: return f"(({s[0]}*{s[1]})+{s[2]})"
         infix = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==",
                  Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>", Ops.IDIV: "/", Ops.MOD: "%"}
@@ -431,6 +434,39 @@ SHUFFLE_MACRO = """#if defined(__clang__)
 #endif
 """
 
+def vector_fma_loop(vec: str, dtype: DType, a: str, b: str, c: str) -> str:
+    """``a * b + c`` lane by lane with one rounding (C's fma), as a gcc statement expression: C has no vector fma."""
+    fma = "__builtin_fma" if dtype.scalar() == dtypes.float64 else "__builtin_fmaf"
+    return f"({{ {vec} a_ = {a}, b_ = {b}, c_ = {c}, r_; for (int i_ = 0; i_ < {dtype.count}; i_++) r_[i_] = {fma}(a_[i_], b_[i_], c_[i_]); r_; }})"
+
+# gcc's builtins for the FMA instructions (what _mm512_fmadd_ps and its kin wrap; the kernel includes no header) and
+# the features each needs. The lane loop of vector_fma_loop computes the same values, but as a statement expression in
+# a register tile's unrolled update it keeps gcc from holding the accumulators in registers.
+_FMA_BUILTINS = {(dtypes.float32, 16): ("__AVX512F__", "__builtin_ia32_vfmaddps512_mask({}, (unsigned short)-1, 4)"),
+                 (dtypes.float32, 8): ("__FMA__", "__builtin_ia32_vfmaddps256({})"),
+                 (dtypes.float32, 4): ("__FMA__", "__builtin_ia32_vfmaddps({})"),
+                 (dtypes.float64, 8): ("__AVX512F__", "__builtin_ia32_vfmaddpd512_mask({}, (unsigned char)-1, 4)"),
+                 (dtypes.float64, 4): ("__FMA__", "__builtin_ia32_vfmaddpd256({})"),
+                 (dtypes.float64, 2): ("__FMA__", "__builtin_ia32_vfmaddpd({})")}
+
+def fma_macros(vectors: set[DType], render_dtype) -> str:
+    """``FG_FMA_float16(a, b, c)``: a fused multiply-add on every lane (one rounding), the MULACC that codegen writes
+    into a sum of products. One FMA instruction where gcc targets it, clang's elementwise builtin, else the lane loop
+    (a libm fma per lane on CPUs without FMA: slow, but the same numbers)."""
+    lines = []
+    for dtype in sorted(vectors, key=lambda d: (d.scalar().name, d.count)):
+        vec = render_dtype(dtype)
+        fallback = f"#define FG_FMA_{vec}(a, b, c) {vector_fma_loop(vec, dtype, '(a)', '(b)', '(c)')}"
+        feature_builtin = _FMA_BUILTINS.get((dtype.scalar(), dtype.count))
+        if feature_builtin is None:
+            lines += ["#if defined(__clang__)", f"#define FG_FMA_{vec}(a, b, c) __builtin_elementwise_fma((a), (b), (c))", "#else", fallback, "#endif"]
+            continue
+        feature, builtin = feature_builtin
+        lines += [f"#if defined({feature}) && defined(__GNUC__) && !defined(__clang__)",
+                  f"#define FG_FMA_{vec}(a, b, c) (({vec}){builtin.format('(a), (b), (c)')})", "#elif defined(__clang__)",
+                  f"#define FG_FMA_{vec}(a, b, c) __builtin_elementwise_fma((a), (b), (c))", "#else", fallback, "#endif"]
+    return "\n".join(lines) + ("\n" if lines else "")
+
 def half_conversion_macros(lane_counts: set[int]) -> str:
     """``FG_HALF_TO_FLOAT_<n>(x)`` and ``FG_FLOAT_TO_HALF_<n>(x)``: convert a vector of n halves to n floats and back
     (round to nearest even, as gcc's scalar conversions). With F16C (and AVX-512 for 16 lanes) one ``vcvtph2ps`` /
@@ -536,9 +572,10 @@ class ClangRenderer(CStyleLanguage):
         if any(u.op is Ops.DEFINE_LOCAL for u in uops): options.append("no-predictive-commoning")
         attribute = self.gcc_optimize_attribute(options)
         shuffles = SHUFFLE_MACRO if any(shuffle_sources(u) is not None for u in uops) else ""
-        if not (half_lanes or attribute or shuffles): return src
+        fmas = fma_macros({u.dtype for u in uops if u.op is Ops.MULACC and u.dtype.count > 1 and dtypes.is_float(u.dtype)}, self.render_dtype)
+        if not (half_lanes or attribute or shuffles or fmas): return src
         at = src.index(f"{self.kernel_prefix}{name}(")
-        return src[:at] + half_conversion_macros(half_lanes) + shuffles + attribute + src[at:]
+        return src[:at] + half_conversion_macros(half_lanes) + fmas + shuffles + attribute + src[at:]
 
     # ---------------------------------------------------------------- float16 and narrow integer vectors
     # (codegen/vectorize.py: half lanes compute, 16- and 8-bit integer lanes are loaded, stored and converted)
@@ -550,8 +587,11 @@ class ClangRenderer(CStyleLanguage):
     def render_vector_alu(self, u: UOp, s: list[str]) -> str:
         """Half lanes compute in float32: each operand is widened, the op runs on float32 lanes and a half result is
         rounded back to half, lane by lane what scalar half code does (gcc 12 would split vector _Float16 math
-        into scalar conversions)."""
+        into scalar conversions). A float MULACC is ``FG_FMA_<vector>`` (``fma_macros``)."""
         half = dtypes.float16
+        if u.op is Ops.MULACC and u.dtype.scalar() in (dtypes.float32, dtypes.float64):
+            # (each argument in parentheses: a vector literal's commas would split the macro's arguments)
+            return f"FG_FMA_{self.render_dtype(u.dtype)}({', '.join(f'({_strip(x)})' for x in s)})"
         if u.dtype.scalar() != half and all(x.dtype.scalar() != half for x in u.src): return super().render_vector_alu(u, s)
         lanes = u.dtype.count
         widened = [f"FG_HALF_TO_FLOAT_{lanes}({x})" if src.dtype.scalar() == half else x for x, src in zip(s, u.src)]

@@ -10,8 +10,10 @@ Semantics follow the C renderer (renderer/cstyle.py), which follows ``exec_alu``
   ``MIN / -1`` would overflow, and the quotient by 0 is masked to 0 (``render_int_division`` in C).
 - Gated loads read element 0 (which every buffer has) where the gate is off and select 0, so they stay
   branch-free and vectorizable; gated stores branch around the store.
-- Float math carries only the ``contract`` fast-math flag (a*b+c may become one FMA, as gcc's
-  ``-ffp-contract=fast``). ``nnan``/``ninf`` would let LLVM assume away the inf/NaN results fusegrad
+- Float math carries no fast-math flag. ``contract`` would let LLVM fuse a multiply and an add wherever it
+  likes (the C renderer's gcc runs with ``-ffp-contract=off`` for the same reason): fused multiply-adds come only
+  from MULACC, which the IR writes where a sum of products wants one (``codegen/lowering.py``), rendered as
+  ``llvm.fma``. ``nnan``/``ninf`` would let LLVM assume away the inf/NaN results fusegrad
   defines, ``reassoc`` would fold the ``(x + 2^23) - 2^23`` rounding tricks of the transcendental
   polynomials, and ``arcp`` would change division results; none of them is set.
 - bool values are ``i1`` in registers and one byte (0/1) in memory, as numpy stores them.
@@ -27,7 +29,6 @@ LLVM_TYPES: dict[DType, str] = {
     dtypes.int32: "i32", dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64",
     dtypes.float16: "half", dtypes.float32: "float", dtypes.float64: "double", dtypes.void: "void"}
 
-FLOAT_FLAGS = "contract"   # see the module docstring for why only this one
 
 def llvm_type(dtype: DType) -> str:
     """The LLVM type of a register value of ``dtype`` (pointers are opaque ``ptr``)."""
@@ -344,7 +345,7 @@ class _FunctionWriter:
         suffix = (f"v{dtype.count}" if dtype.count > 1 else "") + _type_suffix(dtype.scalar())
         kind = llvm_type(dtype)
         self.declarations.add(f"declare {kind} @llvm.{name}.{suffix}({', '.join([kind] * len(args))})")
-        return self.assign(f"call {FLOAT_FLAGS} {kind} @llvm.{name}.{suffix}({', '.join(f'{kind} {a}' for a in args)})")
+        return self.assign(f"call {kind} @llvm.{name}.{suffix}({', '.join(f'{kind} {a}' for a in args)})")
 
     def alu(self, u: UOp) -> str:
         op, dtype = u.op, u.dtype
@@ -383,9 +384,9 @@ class _FunctionWriter:
 
     def float_alu(self, u: UOp, s: list[str], kind: str, mask: str) -> str:
         op, dtype = u.op, u.dtype
-        if op in _FLOAT_BINARY: return self.assign(f"{_FLOAT_BINARY[op]} {FLOAT_FLAGS} {kind} {s[0]}, {s[1]}")
-        if op is Ops.NEG: return self.assign(f"fneg {FLOAT_FLAGS} {kind} {s[0]}")
-        if op is Ops.RECIPROCAL: return self.assign(f"fdiv {FLOAT_FLAGS} {kind} {llvm_const(1.0, dtype)}, {s[0]}")
+        if op in _FLOAT_BINARY: return self.assign(f"{_FLOAT_BINARY[op]} {kind} {s[0]}, {s[1]}")
+        if op is Ops.NEG: return self.assign(f"fneg {kind} {s[0]}")
+        if op is Ops.RECIPROCAL: return self.assign(f"fdiv {kind} {llvm_const(1.0, dtype)}, {s[0]}")
         if op is Ops.TRUNC: return self.intrinsic("trunc", dtype, s[:1])
         if op in _INTRINSICS: return self.intrinsic(_INTRINSICS[op], dtype, s)
         if op is Ops.MAX:   # NaN if either is NaN, as C's (a > b) | (a != a) ? a : b
@@ -393,12 +394,10 @@ class _FunctionWriter:
             a_nan = self.assign(f"fcmp uno {kind} {s[0]}, {s[0]}")
             pick_a = self.assign(f"or {mask} {greater}, {a_nan}")
             return self.assign(f"select {mask} {pick_a}, {kind} {s[0]}, {kind} {s[1]}")
-        if op is Ops.MULACC:
-            product = self.assign(f"fmul {FLOAT_FLAGS} {kind} {s[0]}, {s[1]}")
-            return self.assign(f"fadd {FLOAT_FLAGS} {kind} {product}, {s[2]}")
+        if op is Ops.MULACC: return self.intrinsic("fma", dtype, s)
         if op is Ops.MOD: return self.assign(f"frem {kind} {s[0]}, {s[1]}")   # C's fmod
         if op is Ops.IDIV:
-            quotient = self.assign(f"fdiv {FLOAT_FLAGS} {kind} {s[0]}, {s[1]}")
+            quotient = self.assign(f"fdiv {kind} {s[0]}, {s[1]}")
             return self.intrinsic("trunc", dtype, [quotient])
         raise NotImplementedError(f"the LLVM renderer can't render {op} on {dtype}")
 

@@ -167,6 +167,7 @@ class OpenCLRenderer(CStyleLanguage):
         if op is Ops.MAX: return f"max({s[0]}, {s[1]})" if not dtypes.is_float(u.dtype) else f"select({s[1]}, {s[0]}, ({s[0]}>{s[1]})|({s[0]}!={s[0]}))"
         if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT): return f"{op.name.lower()}({s[0]})"
         if op is Ops.TRUNC: return f"trunc({s[0]})" if dtypes.is_float(u.dtype) else s[0]
+        if op is Ops.MULACC and dtypes.is_float(u.dtype): return f"fma({s[0]}, {s[1]}, {s[2]})"
         return super().render_vector_alu(u, s)
 
     def render_cast(self, dtype: DType, x: str, src_dtype: DType) -> str:
@@ -188,7 +189,8 @@ class OpenCLRenderer(CStyleLanguage):
         src = super().render(name, uops)
         dtypes_used = {(u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype).scalar() for u in uops}
         dtypes_used |= {(s.dtype.base if isinstance(s.dtype, PtrDType) else s.dtype).scalar() for u in uops for s in u.src}
-        prefix = ""
+        # (OpenCL C contracts a*b+c by default: off, so fused multiply-adds come only from MULACC, as on every device)
+        prefix = "#pragma OPENCL FP_CONTRACT OFF\n"
         if dtypes.float64 in dtypes_used: prefix += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
         if dtypes.float16 in dtypes_used:
             if self.has_fp16: prefix += "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"

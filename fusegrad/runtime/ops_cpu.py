@@ -18,7 +18,7 @@ def _compiler_command() -> list[str]:
 
 class ClangCompiler(Compiler):
     """``cc -shared -O2 -march=native``: C source in, shared-library bytes out."""
-    base_flags = ["-shared", "-O3", "-fPIC", "-march=native", "-fno-math-errno", "-ffp-contract=fast", "-Wno-unused"]
+    base_flags = ["-shared", "-O3", "-fPIC", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-Wno-unused"]
     def __init__(self) -> None:
         try: about = subprocess.run(_compiler_command() + ["--version"], capture_output=True, text=True, check=True).stdout
         except (OSError, subprocess.CalledProcessError) as e:

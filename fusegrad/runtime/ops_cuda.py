@@ -73,7 +73,8 @@ class CUDACompiler(Compiler):
         self.arch, self.output = arch, output
         # PTX is for a virtual arch (compute_80): it runs on that arch and every later one, JIT-compiled by the driver
         target = arch if output == "cubin" else arch.replace("sm_", "compute_")
-        self.options = [f"--gpu-architecture={target}", "--std=c++17", "-default-device", "--fmad=true"]
+        # --fmad=false: a multiply and an add fuse only where the IR says so (MULACC -> fmaf), as on the CPU
+        self.options = [f"--gpu-architecture={target}", "--std=c++17", "-default-device", "--fmad=false"]
         major, minor = nvrtc_version()
         super().__init__(f"cuda_nvrtc{major}.{minor}_{output}_{' '.join(self.options)}")
     def compile(self, src: str) -> bytes:

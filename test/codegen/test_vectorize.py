@@ -1,8 +1,7 @@
 """Innermost UPCAST loops as gcc vector code (codegen/vectorize.py): the rendered C has vector
 loads where the loop body is contiguous and scalar loops where it must fall back, and every
-kernel computes what the unoptimized (NOOPT) kernel computes, and (to a few ulps: gcc may
-contract a*b+c into an FMA differently in scalar and vector code) what the same kernel computes
-with VECTORIZE=0."""
+kernel computes what the unoptimized (NOOPT) kernel computes, and what the same kernel computes
+with VECTORIZE=0 (fused multiply-adds are MULACCs in the IR, the same in scalar and vector code)."""
 import re
 import numpy as np
 import pytest
