@@ -47,7 +47,7 @@ without native transcendentals (or TRANSCENDENTAL>=2), ``decompose_transcendenta
 (= pm_exp) for the others (the PYTHON device: numpy's exp2 is exact enough, but EXP2 of a rounded
 x * log2 e is not e**x). Why one arithmetic graph for e**x everywhere, and not EXP2(n) * poly(r) on
 native renderers or an interpreter that spots the pattern: the graph is what makes e**x accurate, so
-CPU and PYTHON then compute the same bits (up to FMA contraction), the interpreter keeps executing
+CPU and PYTHON then compute the same bits (float32's MULACC is a true fma on both), the interpreter keeps executing
 each uop as defined, and the scale by 2**n needs exponent bits in two steps anyway (a single 2**n
 overflows while e**x is still finite, e.g. x = 88.7).
 
@@ -55,12 +55,13 @@ Running ``symbolic`` afterwards is fine (the tests check it changes no result bi
 dtypes are rewritten (a vector dtype, ``dtype.count > 1``, keeps its EXP2/LOG2/SIN).
 
 What the graphs contain: constants of the float dtype and of the same-width int (int32 / int64);
-float ADD, NEG, MUL, FDIV (log2 only), CMPLT, CMPNE, CMPEQ, WHERE; bool AND/OR; BITCAST float <->
+float ADD, NEG, MUL, MULACC (the polynomials' Horner steps, float32/float64), FDIV (log2 only), CMPLT, CMPNE, CMPEQ,
+WHERE; bool AND/OR; BITCAST float <->
 same-width int; int ADD, MUL, NEG, AND, OR, XOR, SHL, SHR; CAST only float16/bfloat16 <-> float32 (no
 float <-> int conversion at all). Every shift sees a non-negative value and an amount below the
 width, no signed int op overflows (uint32 ops in Payne-Hanek wrap, as C defines), so nothing relies
-on undefined or implementation-defined C behavior, and nothing depends on whether
-``a*b+c`` is fused (gcc's -ffp-contract=fast): every product that matters is exact.
+on undefined or implementation-defined C behavior. Compilers fuse nothing on their own (-ffp-contract=off): the
+polynomials' MULACCs are the only fused multiply-adds, and every product that matters is exact either way.
 
 Written for gcc's vectorizer (-O2/-O3 without -ffast-math): under the default -ftrapping-math gcc
 won't evaluate a float op or an ordered comparison conditionally-turned-unconditionally, so a select
@@ -94,9 +95,12 @@ def _where(cond: UOp, a, b, dt: DType | None = None) -> UOp:
     return UOp(Ops.WHERE, dt, (cond, a if isinstance(a, UOp) else _c(dt, a), b if isinstance(b, UOp) else _c(dt, b)))
 
 def _poly(x: UOp, coeffs: tuple[float, ...]) -> UOp:
-    """c0 + c1*x + c2*x**2 + ... by Horner's rule (coefficients lowest order first)."""
+    """c0 + c1*x + c2*x**2 + ... by Horner's rule (coefficients lowest order first). In float32 and float64 each
+    step is one fused multiply-add (MULACC): compilers don't contract on their own (codegen/lowering.py), so this is
+    the one place a polynomial gets its FMAs, the same on every device and CPU."""
     acc = _c(x.dtype, coeffs[-1])
-    for c in reversed(coeffs[:-1]): acc = acc * x + _c(x.dtype, c)
+    fused = x.dtype.scalar() in (dtypes.float32, dtypes.float64)
+    for c in reversed(coeffs[:-1]): acc = UOp(Ops.MULACC, x.dtype, (acc, x, _c(x.dtype, c))) if fused else acc * x + _c(x.dtype, c)
     return acc
 
 def _isnan(x: UOp) -> UOp: return x.ne(x)

@@ -237,16 +237,17 @@ def _float_alu(op: Ops, xs: list) -> Any:
     if op is Ops.MUL: return xs[0] * xs[1]
     if op is Ops.FDIV: return np.true_divide(xs[0], xs[1])
     if op is Ops.POW: return _pow(xs[0], xs[1])
-    if op is Ops.MULACC: return xs[0] * xs[1] + xs[2]
+    if op is Ops.MULACC: return xs[0] * xs[1] + xs[2]   # (float32's is fma_float32: see _make_alu)
     if op is Ops.MAX:
         a, b = xs
         return np.where((b > a) | np.isnan(b), b, a)  # Python's max(a, b), NaN if either is NaN
-    if op is Ops.IDIV or op is Ops.MOD:
+    if op is Ops.MOD:   # C's fmod, as the CPU renders a float MOD (exact; NaN for an infinite a or a zero b)
+        with np.errstate(invalid="ignore"): return np.fmod(xs[0], xs[1])
+    if op is Ops.IDIV:
         a, b = xs
         q = np.floor_divide(np.abs(a), np.abs(b))
         q = np.where((a >= 0) == (b > 0), q, -q)
-        r = q if op is Ops.IDIV else a - q * b
-        return np.where(b == 0, 0.0, r)
+        return np.where(b == 0, 0.0, q)
     raise NotImplementedError(f"the PYTHON device can't run {op} on floats")
 
 def _int_alu(op: Ops, xs: list, npdt: np.dtype) -> Any:
@@ -311,10 +312,31 @@ def _make_alu(op: Ops, dt: DType, src_dts: list[DType]) -> Callable[[list], Any]
             .astype(onp, copy=False)
     # floats: exec_alu computes in float64 and rounds once; numpy's native float16/float32 ops round
     # correctly too, except for transcendentals and fused ops, which run in float64 here
+    if op is Ops.MULACC and onp == np.float32: return lambda xs: fma_float32(*xs)
     cnp = np.dtype(np.float64) if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.POW, Ops.MULACC, Ops.IDIV, Ops.MOD) else onp
     if onp == np.float64 and op in _PY_FLOAT64:
         return lambda xs, f=_PY_FLOAT64[op]: np.asarray(f(*[np.asarray(x).astype(cnp, copy=False) for x in xs]), np.float64)
     return lambda xs: np.asarray(_float_alu(op, [np.asarray(x).astype(cnp, copy=False) for x in xs])).astype(onp, copy=False)
+
+def fma_float32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``a * b + c`` of float32 values rounded once to float32, as C's fmaf (the CPU's MULACC).
+
+    The product of two float32 values is exact in float64, and the float64 sum ``s = p + c`` has an exact error
+    ``e`` (TwoSum). Rounding s to float32 is then a second rounding, which differs from one rounding of the exact
+    sum only when s lies exactly halfway between two float32 values while e != 0: the exact sum is then on e's side
+    of that midpoint, so s moves one float64 step that way first."""
+    a, b, c = (np.asarray(x, np.float64) for x in (a, b, c))
+    with np.errstate(all="ignore"):
+        p = a * b
+        s = p + c
+        c_part = s - p
+        e = (p - (s - c_part)) + (c - c_part)
+        r = s.astype(np.float32)
+        toward_s = np.where(s > r, np.float32(np.inf), np.float32(-np.inf))
+        midpoint = (r.astype(np.float64) + np.nextafter(r, toward_s).astype(np.float64)) * 0.5
+        tie = (s != r) & (s == midpoint) & (e != 0) & np.isfinite(e)
+        s = np.where(tie, np.nextafter(s, np.where(e > 0, np.inf, -np.inf)), s)
+        return s.astype(np.float32)
 
 def _alu(op: Ops, dt: DType, src_dts: list[DType], xs: list) -> Any:
     """Evaluate one ALU op on lane values (for tests and one-offs)."""

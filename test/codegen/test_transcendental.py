@@ -23,6 +23,8 @@ def _float_to_int(x: np.ndarray, npdt) -> np.ndarray:
     assert np.all(np.isfinite(x)) and np.all(np.abs(x) < 2.0**31), "float -> int cast out of range"
     return np.trunc(x).astype(npdt)
 
+from fusegrad.runtime.ops_python import fma_float32
+
 def _overflowed(op: Ops, s: list, r: np.ndarray, dt) -> bool:
     """Did a wrapped signed integer op overflow? (the sign rules of two's complement)"""
     if op is Ops.ADD: return bool(np.any(((s[0] ^ r) & (s[1] ^ r)) < 0))
@@ -46,6 +48,7 @@ def evaluate(root: UOp, inp: UOp, value: np.ndarray) -> np.ndarray:
             elif op is Ops.ADD: r = s[0] + s[1]
             elif op is Ops.SUB: r = s[0] - s[1]
             elif op is Ops.MUL: r = s[0] * s[1]
+            elif op is Ops.MULACC: r = fma_float32(*s) if dt == np.float32 else s[0] * s[1] + s[2]
             elif op is Ops.FDIV: r = s[0] / s[1]
             elif op is Ops.NEG: r = -s[0]
             elif op is Ops.TRUNC: r = np.trunc(s[0])
@@ -282,7 +285,8 @@ def test_exp_only_the_log2e_pattern():
     assert decompose_transcendentals(vec, exp_only=True) is vec
 
 def test_exp_graph_is_basic_and_survives_symbolic(rng):
-    allowed = {Ops.DEFINE_VAR, Ops.CONST, Ops.ADD, Ops.NEG, Ops.MUL, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE,
+    # (MULACC: the polynomial's Horner steps, fused on every device)
+    allowed = {Ops.DEFINE_VAR, Ops.CONST, Ops.ADD, Ops.NEG, Ops.MUL, Ops.MULACC, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE,
                Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.BITCAST}
     for dtype in (dtypes.float32, dtypes.float64):
         out = xexp(UOp(Ops.DEFINE_VAR, dtype, arg=("x", 0, 1)))
@@ -314,8 +318,8 @@ def test_special_values(dtype):
 # ---------------------------------------------------------------- the graphs and the rewrite
 
 def test_graphs_use_only_basic_ops():
-    allowed = {Ops.DEFINE_VAR, Ops.CONST, Ops.ADD, Ops.NEG, Ops.MUL, Ops.FDIV, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE,
-               Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.CAST, Ops.BITCAST}
+    allowed = {Ops.DEFINE_VAR, Ops.CONST, Ops.ADD, Ops.NEG, Ops.MUL, Ops.MULACC, Ops.FDIV, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ,
+               Ops.WHERE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.CAST, Ops.BITCAST}
     for dtype in (dtypes.float16, dtypes.float32, dtypes.float64):
         inp = UOp(Ops.DEFINE_VAR, dtype, arg=("x", 0, 1))
         for op in (Ops.EXP2, Ops.LOG2, Ops.SIN):
