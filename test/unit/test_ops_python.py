@@ -523,3 +523,21 @@ def test_large_launch_is_fast():
     et = compile_prg(uops)(O, I, global_size=(n // 256, 1, 1), local_size=(256, 1, 1), wait=True)
     assert (O == 64).all()
     assert et < 5
+
+def test_fma_float32_rounds_once():
+    """The PYTHON device's float32 MULACC equals C's fmaf: one rounding of the exact a*b+c, also where the float64
+    sum lands exactly on a float32 midpoint (double rounding would then go the wrong way)."""
+    from fractions import Fraction
+    from fusegrad.runtime.ops_python import fma_float32
+    e = np.float32(1 + 2 ** -12)   # e*e = 1 + 2^-11 + 2^-24: a float32 midpoint
+    cases = [(e, e, np.float32(2 ** -80), np.float32(1 + 2 ** -11 + 2 ** -23)), (e, e, np.float32(-2 ** -80), np.float32(1 + 2 ** -11)),
+             (e, e, np.float32(0), np.float32(1 + 2 ** -11)), (e, e, np.float32(-1), np.float32(2 ** -11 + 2 ** -24))]
+    for a, b, c, want in cases: assert fma_float32(np.array([a]), np.array([b]), np.array([c]))[0] == want, (a, b, c)
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((2, 500)).astype(np.float32)
+    c = (rng.standard_normal(500) * rng.choice([1e-30, 1e-8, 1.0, 1e8], 500)).astype(np.float32)
+    got = fma_float32(a, b, c)
+    for x, y, z, g in zip(a, b, c, got):
+        exact = Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))
+        neighbours = [np.nextafter(g, np.float32(-np.inf)), g, np.nextafter(g, np.float32(np.inf))]
+        assert min(neighbours, key=lambda v: abs(Fraction(float(v)) - exact)) == g
