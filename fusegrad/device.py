@@ -12,7 +12,7 @@ import ctypes, errno, functools, importlib, mmap, os, pathlib, sqlite3, threadin
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from fusegrad.dtype import DType, dtypes, ImageDType
-from fusegrad.helpers import DEBUG, GlobalCounters, getenv, cache_dir, content_hash, CACHELEVEL, LRU
+from fusegrad.helpers import DEBUG, GlobalCounters, getenv, usable_cache_dir, content_hash, CACHELEVEL, LRU
 
 # ---------------------------------------------------------------- registry
 
@@ -269,47 +269,80 @@ def _open_device(name: str) -> "Compiled": return Device[name]
 
 _db_lock = threading.Lock()
 _db_connection: sqlite3.Connection | None = None
-_db_broken = False   # the cache database is unreadable: this process runs without it (warned once)
+_db_broken = False   # the cache database is unreadable or can't be opened: this process runs without it (warned once)
 
-def _db_path() -> str: return getenv("CACHEDB", str(cache_dir() / "cache.db"))
+# What a damaged or unusable database can raise besides sqlite3.DatabaseError: a text value that isn't UTF-8
+# (UnicodeDecodeError, from sqlite3's str conversion on some Python versions), a path that can't be opened or
+# created (OSError: the cache location is a file, read-only, missing permissions) and MemoryError from a
+# corrupt length field. Any of them means "run without the cache", never a failed kernel.
+_DB_FAILURES = (sqlite3.DatabaseError, UnicodeDecodeError, OSError, MemoryError)
+
+def _db_path() -> str | None:
+    """The database file: CACHEDB, or cache.db in the cache folder (None when that folder can't be used)."""
+    if (path := getenv("CACHEDB", "")): return path
+    folder = usable_cache_dir()
+    return None if folder is None else str(folder / "cache.db")
 
 def _db() -> sqlite3.Connection:
-    global _db_connection
+    """The shared connection, opened on first use. Opening includes switching to WAL mode: on a damaged file that is
+    the first statement to fail, so it raises here, inside the callers' fallback, like any later query."""
+    global _db_connection, _db_broken
     if _db_connection is None:
-        _db_connection = sqlite3.connect(_db_path(), timeout=60, isolation_level=None, check_same_thread=False)
-        try: _db_connection.execute("PRAGMA journal_mode=WAL")
-        except sqlite3.OperationalError: pass
+        if (path := _db_path()) is None:   # (usable_cache_dir warned already: turned off without a second warning)
+            _db_broken = True
+            raise sqlite3.OperationalError("the cache folder can't be used")
+        connection = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+        try: connection.execute("PRAGMA journal_mode=WAL").fetchall()
+        except BaseException as e:
+            if not (isinstance(e, sqlite3.OperationalError) and "locked" in str(e)):   # (locked by another process: WAL is optional)
+                connection.close()
+                raise
+        _db_connection = connection
     return _db_connection
 
-def _db_unusable(error: sqlite3.DatabaseError) -> None:
-    """A damaged database file (garbage, truncated): caching is off for this process and everything is recomputed.
-    The file is left alone (CACHEDB may name any file); deleting it starts a fresh cache."""
+def _db_unusable(error: BaseException) -> None:
+    """A database that can't be used (garbage, truncated, a folder that can't be created or opened): caching is off
+    for this process and everything is recomputed, with one warning. The file is left alone (CACHEDB may name any
+    file); deleting it starts a fresh cache."""
     global _db_broken
     if not _db_broken:
         import warnings
-        warnings.warn(f"the fusegrad cache database {_db_path()} is unreadable ({error}); running without it "
-                      f"(results are recomputed). Delete the file to start a fresh cache.", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"the fusegrad cache database {getenv('CACHEDB', '') or 'in the cache folder'} is unreadable "
+                      f"({type(error).__name__}: {error}); running without it (results are recomputed). Delete the "
+                      f"file to start a fresh cache.", RuntimeWarning, stacklevel=3)
     _db_broken = True
+
+def _is_transient(error: BaseException) -> bool:
+    """Errors that leave the database usable: another process holds the lock, or the table isn't created yet."""
+    return isinstance(error, sqlite3.OperationalError) and _db_connection is not None and \
+        any(words in str(error) for words in ("locked", "no such table", "busy", "decode"))
 
 # Values are plain data: bytes (stored as a BLOB) or JSON (str, int, float, bool, None, lists, str-keyed dicts;
 # tuples come back as lists), stored as text. Nothing read from the database is unpickled or evaluated, so a
-# planted entry can't run code; each row also holds the SHA-256 of what was stored, and a row that doesn't match
-# it (a damaged or edited entry) is a cache miss, with a warning.
-CACHE_VERSION = 2
+# planted entry can't run code. Each row also holds the SHA-256 of its table, its key and what was stored (so its
+# length too): a row that doesn't match it (damaged, truncated, or moved to another key: two swapped rows of
+# kernels would run one kernel's binary or source for the other) is a cache miss, with a warning, and is rewritten
+# by the recompute. (Version 2 rows hashed only the value.)
+CACHE_VERSION = 3
 
-def _stored_form(value: Any) -> tuple[bytes | str, str]:
-    import hashlib, json
+def _row_checksum(table: str, key: str, raw: bytes) -> str:
+    import hashlib
+    return hashlib.sha256(f"{table}\0{key}\0{len(raw)}\0".encode() + raw).hexdigest()
+
+def _stored_form(table: str, key: str, value: Any) -> tuple[bytes | str, str]:
+    import json
     if isinstance(value, (bytes, bytearray, memoryview)):
         blob = bytes(value)
-        return blob, hashlib.sha256(blob).hexdigest()
+        return blob, _row_checksum(table, key, blob)
     try: text = json.dumps(value, allow_nan=True, separators=(",", ":"))
     except TypeError as e: raise TypeError(f"the disk cache stores bytes or plain JSON data, not {type(value).__name__}: {e}") from None
-    return text, hashlib.sha256(text.encode()).hexdigest()
+    return text, _row_checksum(table, key, text.encode())
 
 def _stored_value(table: str, key: str, stored: Any, checksum: Any) -> Any:
-    import hashlib, json, warnings
-    raw = stored if isinstance(stored, bytes) else stored.encode() if isinstance(stored, str) else None
-    if raw is None or hashlib.sha256(raw).hexdigest() != checksum:
+    import json, warnings
+    try: raw = stored if isinstance(stored, bytes) else stored.encode() if isinstance(stored, str) else None
+    except UnicodeError: raw = None   # (a str with lone surrogates)
+    if raw is None or _row_checksum(table, key, raw) != checksum:
         warnings.warn(f"fusegrad cache: entry {key[:16]}... of {table} is damaged (its checksum doesn't match); recomputing it",
                       RuntimeWarning, stacklevel=4)
         return None
@@ -324,31 +357,30 @@ def diskcache_get(table: str, key: str) -> Any:
     if CACHELEVEL < 1 or _db_broken: return None
     with _db_lock:
         try: row = _db().execute(f"SELECT val, checksum FROM {table}_{CACHE_VERSION} WHERE key=?", (key,)).fetchone()
-        except sqlite3.OperationalError: return None   # no such table yet, or locked by another process: a miss
-        except sqlite3.DatabaseError as e:
-            _db_unusable(e)
+        except _DB_FAILURES as e:   # no such table yet, or locked by another process: a miss; anything else: no cache
+            if not _is_transient(e): _db_unusable(e)
             return None
     return _stored_value(table, key, row[0], row[1]) if row is not None else None
 
 def diskcache_put(table: str, key: str, value: Any) -> Any:
     """Store ``value`` (bytes or plain JSON data) under ``key`` in ``table``; returns ``value``."""
     if CACHELEVEL < 1: return value
-    stored, checksum = _stored_form(value)
+    stored, checksum = _stored_form(table, key, value)
     if _db_broken: return value
     with _db_lock:
         try:
             conn = _db()
             conn.execute(f"CREATE TABLE IF NOT EXISTS {table}_{CACHE_VERSION} (key TEXT PRIMARY KEY, val BLOB, checksum TEXT)")
             conn.execute(f"INSERT OR REPLACE INTO {table}_{CACHE_VERSION} (key, val, checksum) VALUES (?, ?, ?)", (key, stored, checksum))
-        except sqlite3.OperationalError: pass   # locked or read-only: the value just isn't cached
-        except sqlite3.DatabaseError as e: _db_unusable(e)
+        except _DB_FAILURES as e:   # locked: the value just isn't cached; read-only, damaged: no cache
+            if not _is_transient(e): _db_unusable(e)
     return value
 
 def diskcache_put_many(table: str, items: list[tuple[str, Any]]) -> None:
     """``diskcache_put`` of several (key, value) pairs in one transaction: one disk sync for all of them (a commit
     costs ~5 ms of fsync; a first training step stores two entries per kernel)."""
     if CACHELEVEL < 1 or not items: return
-    rows = [(key, *_stored_form(value)) for key, value in items]
+    rows = [(key, *_stored_form(table, key, value)) for key, value in items]
     if _db_broken: return
     with _db_lock:
         try:
@@ -360,8 +392,8 @@ def diskcache_put_many(table: str, items: list[tuple[str, Any]]) -> None:
                 conn.execute("COMMIT")
             finally:   # (a failed insert or commit must not leave the shared connection inside a transaction)
                 if conn.in_transaction: conn.execute("ROLLBACK")
-        except sqlite3.OperationalError: pass   # locked or read-only: the values just aren't cached
-        except sqlite3.DatabaseError as e: _db_unusable(e)
+        except _DB_FAILURES as e:   # locked: the values just aren't cached; read-only, damaged: no cache
+            if not _is_transient(e): _db_unusable(e)
 
 def diskcache_clear() -> None:
     if _db_broken: return
@@ -370,8 +402,8 @@ def diskcache_clear() -> None:
             conn = _db()
             for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
                 conn.execute(f"DROP TABLE IF EXISTS {name}")
-        except sqlite3.DatabaseError as e:
-            if not isinstance(e, sqlite3.OperationalError): _db_unusable(e)
+        except _DB_FAILURES as e:
+            if not _is_transient(e): _db_unusable(e)
 
 def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
     """Whether tensors of ``dtype`` can be computed on ``device`` (the default device if None). Every dtype

@@ -6,7 +6,7 @@ Promotion follows tinygrad: ``least_upper_dtype`` finds the lowest common ancest
 that adopt the other operand's dtype and become ``default_int`` / ``default_float`` on their own.
 
 >>> least_upper_dtype(dtypes.int8, dtypes.uint8)
-dtypes.int16
+dtypes.short
 >>> least_upper_dtype(dtypes.int32, dtypes.weakfloat) == dtypes.default_float
 True
 """
@@ -50,7 +50,8 @@ class DType(metaclass=_InternedDType):
         return type(self), tuple(getattr(self, f.name) for f in dataclasses.fields(self))
 
     def __repr__(self) -> str:
-        if self.count > 1: return f"dtypes.{self.scalar().name}.vec({self.count})"
+        # tinygrad 0.14's spelling: the C-style alias where there is one (dtypes.float, dtypes.half, dtypes.int ...)
+        if self.count > 1: return f"{self.scalar()!r}.vec({self.count})"
         return f"dtypes.{INVERSE_NAMES.get(self, self.name)}"
     def __lt__(self, other: "DType") -> bool:
         return (self.priority, self.itemsize, self.name, self.count) < (other.priority, other.itemsize, other.name, other.count)
@@ -260,9 +261,16 @@ DTYPES_DICT: dict[str, DType] = {k: v for k, v in dtypes.__dict__.items()
                                  if isinstance(v, DType) and not k.startswith(("default", "void", "index", "weak"))
                                  and k not in ("half", "float", "double", "uchar", "ushort", "uint", "ulong", "char",
                                                "short", "int", "long", "fp8e4m3fn")}
-INVERSE_NAMES: dict[DType, str] = {v: k for k, v in DTYPES_DICT.items()} | {
+# how repr/str spell a dtype: as tinygrad 0.14 does, a type with a C-style alias is printed by the alias
+# (``dtypes.float`` for float32, ``dtypes.half``, ``dtypes.uchar``); fp8, bfloat16, bool and the weak types by their name
+_ALIAS_SPELLING: dict[DType, str] = {
+    dtypes.float16: "half", dtypes.float32: "float", dtypes.float64: "double", dtypes.int8: "char", dtypes.int16: "short",
+    dtypes.int32: "int", dtypes.int64: "long", dtypes.uint8: "uchar", dtypes.uint16: "ushort", dtypes.uint32: "uint",
+    dtypes.uint64: "ulong"}
+INVERSE_NAMES: dict[DType, str] = {v: k for k, v in DTYPES_DICT.items()} | _ALIAS_SPELLING | {
     dtypes.weakint: "weakint", dtypes.weakfloat: "weakfloat", dtypes.index: "index", dtypes.void: "void"}
-INVERSE_DTYPES_DICT = {v.name: k for k, v in DTYPES_DICT.items()}
+# C type name -> the dtypes attribute repr uses (tinygrad's INVERSE_DTYPES_DICT: "float" -> "float", "__bf16" -> "bfloat16")
+INVERSE_DTYPES_DICT = {v.name: INVERSE_NAMES[v] for v in INVERSE_NAMES}
 
 def to_dtype(x: "DType | str") -> DType:
     """Accept a DType or its name (``"float32"``, ``"half"``)."""

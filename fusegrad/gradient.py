@@ -17,7 +17,8 @@ buffer into it (``differentiation_order``); forward values are read from the buf
 [4.0, 6.0]
 """
 from __future__ import annotations
-import itertools, math
+import itertools, math, weakref
+from typing import Callable
 from fusegrad.dtype import dtypes, sum_acc_dtype
 from fusegrad.helpers import argsort, prod, all_int, getenv, SPLIT_REDUCEOP
 from fusegrad.uop.ops import UOp, Ops, UPat, PatternMatcher, GroupOp
@@ -108,10 +109,11 @@ def _max_gradient(ret: UOp, grad: UOp, src: UOp, axes: tuple[int, ...]) -> UOp:
     return is_max * (grad / count).expand(src.shape)
 
 def _binary_max_gradient(ret: UOp, grad: UOp, a: UOp, b: UOp) -> tuple[UOp, UOp]:
-    """d max(a, b): the larger side gets the gradient; on a tie each side gets half."""
-    a_wins = b.alu(Ops.CMPLT, a).cast(grad.dtype)
-    tie = a.alu(Ops.CMPEQ, b).cast(grad.dtype) * 0.5
-    return grad * (a_wins + tie), grad * ((1.0 - a_wins) - tie)
+    """d max(a, b) as PyTorch's maximum: the larger side gets the gradient, on a tie each side gets half, and when
+    either is NaN (the max is NaN) both get it; the smaller side gets 0 by selection (0 even where grad is inf)."""
+    half = a.alu(Ops.CMPEQ, b).where(grad * 0.5, grad)
+    zero = grad.const_like(0)
+    return a.alu(Ops.CMPLT, b).where(zero, half), b.alu(Ops.CMPLT, a).where(zero, half)
 
 def _pad_gradient(grad: UOp, ret: UOp) -> UOp:
     return grad.shrink(tuple((before, before + size) for (before, _), size in zip(ret.arg, ret.src[0].shape)))
@@ -139,7 +141,9 @@ pm_gradient = PatternMatcher([
     (UPat(Ops.ADD, name="ret"), lambda ctx, ret: (ctx, ctx)),
     (UPat(Ops.SUB, name="ret"), lambda ctx, ret: (ctx, -ctx)),
     (UPat(Ops.MUL, name="ret"), lambda ctx, ret: (ret.src[1] * ctx, ret.src[0] * ctx)),
-    (UPat(Ops.FDIV, name="ret"), lambda ctx, ret: (ctx / ret.src[1], -ctx * ret.src[0] / (ret.src[1] * ret.src[1]))),
+    # d(a/b)/db as PyTorch writes it, -g * (a/b) / b: b*b overflowed (a = b = 1e20 gave -0, not -1e-20), and the
+    # quotient a/b is what tensor_rules makes stable in exp(x) / (1 + exp(x))
+    (UPat(Ops.FDIV, name="ret"), lambda ctx, ret: (ctx / ret.src[1], -ctx * ret / ret.src[1])),
     (UPat(Ops.MAX, name="ret"), lambda ctx, ret: _binary_max_gradient(ret, ctx, ret.src[0], ret.src[1])),
     (UPat(Ops.REDUCE_AXIS, name="ret"), lambda ctx, ret: _reduce_axis_gradient(ret, ctx)),
     (UPat(Ops.RESHAPE, name="ret"), lambda ctx, ret: (ctx.reshape(ret.src[0].shape),)),
@@ -434,3 +438,72 @@ def _apply_rule(node: UOp, grad: UOp, value: UOp | None = None) -> tuple:
             if value is None or node.op not in _USES_OUTPUT or node.arg is not None and node.arg[0] is Ops.MAX: return src_grads
             return tuple(g if g is None else g.substitute({node: value}) for g in src_grads)
     raise NotImplementedError(f"no derivative rule for {node.op}")
+
+# ---------------------------------------------------------------- origins kept only for gradient()
+
+# An origin recorded only because gradient() may target a live float tensor (no requires_grad=True tensor, and no
+# buffer whose origin reaches one, is in its graph) is a *value origin*. It also pins the buffers it reads, which
+# pin theirs through their own origins: `x = (x + 1).realize()` in a loop kept every step's buffer. So a value
+# origin remembers, under _ANCHORS, the tensors it can differentiate to (weak references to each tensor and its
+# uop), directly or through the value origins of the buffers it reads. When a later origin reads its buffer and
+# none of those tensors is alive any more (and no live tensor holds one of their uops), no gradient() can use the
+# graph: the origin is dropped, and the buffers it read are freed. Origins that reach a requires_grad=True tensor
+# have no anchors and are kept while their buffer lives (what backward() needs, as in PyTorch).
+_ANCHORS = "_anchors"
+
+def anchor_value_origins(buffers: list[UOp], grad_leaves: set[UOp], value_tensors: dict[UOp, list],
+                         live_uops: Callable[[], set[UOp]]) -> None:
+    """Classify the origins just recorded on ``buffers``: a graph that reaches one of ``grad_leaves`` (or a buffer
+    with such an origin) keeps no anchors; any other gets the anchors described above, from ``value_tensors`` (old
+    graph node -> the live float tensors holding it) and the still useful anchors of the value origins it reads.
+    Value origins it reads whose tensors are all gone are dropped; a new one left without anchors is dropped too.
+    ``live_uops`` gives the uops of the live tensors (built only when a liveness question needs it)."""
+    pending, cache = set(buffers), {}
+    def live() -> set[UOp]:
+        if "uops" not in cache: cache["uops"] = live_uops()
+        return cache["uops"]
+    for buffer in buffers:
+        if buffer in pending: _anchor(buffer, pending, grad_leaves, value_tensors, live)
+
+def _anchor(buffer: UOp, pending: set[UOp], grad_leaves: set[UOp], value_tensors: dict[UOp, list], live) -> None:
+    """Set (or clear) ``buffer``'s anchors; origins in ``pending`` that it reads are classified first."""
+    pending.discard(buffer)
+    anchors: dict[int, tuple] = {}
+    # (the origin's root is the graph of the tensor that became ``buffer``: not a target *below* it, so no anchor)
+    root = buffer.__dict__[_ORIGIN]
+    stack, seen = [root], set()
+    detach_op, buffer_ops = Ops.DETACH, (Ops.BUFFER, Ops.MULTI)
+    while stack:
+        if (node := stack.pop()) in seen: continue
+        seen.add(node)
+        if node in grad_leaves:
+            buffer.__dict__.pop(_ANCHORS, None)
+            return
+        if node.op is detach_op: continue
+        if node is not root:
+            for tensor in value_tensors.get(node, ()): anchors[id(tensor)] = (weakref.ref(tensor), weakref.ref(node))
+        if node.op in buffer_ops and _ORIGIN in node.__dict__:
+            if node in pending: _anchor(node, pending, grad_leaves, value_tensors, live)
+            if _ORIGIN not in node.__dict__: continue   # (dropped just now: nothing left to differentiate to)
+            if _ANCHORS not in node.__dict__:   # an origin that reaches a requires_grad tensor
+                buffer.__dict__.pop(_ANCHORS, None)
+                return
+            if (alive := _live_anchors(node, live)): anchors.update((id(a), a) for a in alive)
+            else: drop_origin(node)
+            continue
+        stack.extend(node.src)
+    if anchors: buffer.__dict__[_ANCHORS] = tuple(anchors.values())
+    else: drop_origin(buffer)
+
+def _live_anchors(buffer: UOp, live) -> tuple:
+    """The anchors of ``buffer``'s value origin that can still be a gradient() target: the tensor is alive, or a
+    live tensor holds its uop (``t.contiguous()`` of a realized tensor is another tensor on the same uop)."""
+    anchors = buffer.__dict__[_ANCHORS]
+    alive = tuple(a for a in anchors if a[0]() is not None)
+    if not alive: alive = tuple(a for a in anchors if (u := a[1]()) is not None and u in live())
+    return alive
+
+def drop_origin(buffer: UOp) -> None:
+    """Forget ``buffer``'s origin (and anchors): it becomes a plain leaf for autograd."""
+    buffer.__dict__.pop(_ORIGIN, None)
+    buffer.__dict__.pop(_ANCHORS, None)

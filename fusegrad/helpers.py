@@ -235,10 +235,32 @@ class Timing(contextlib.ContextDecorator):
 # ---------------------------------------------------------------- caches on disk
 
 def cache_dir() -> pathlib.Path:
+    """The cache folder (FUSEGRAD_CACHE, else $XDG_CACHE_HOME/fusegrad or ~/.cache/fusegrad), created if missing.
+    Raises OSError where it can't be (the path is a file, no permission): the caches go through
+    ``usable_cache_dir``, which runs without them instead."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     path = pathlib.Path(getenv("FUSEGRAD_CACHE", os.path.join(base, "fusegrad")))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+_unusable_cache_warned = False
+
+def usable_cache_dir(*parts: str) -> pathlib.Path | None:
+    """``cache_dir() / parts``, created and writable; None where it can't be (a cache path that is a file, a
+    read-only or foreign location): the caller runs without the cache. One RuntimeWarning per process says so."""
+    global _unusable_cache_warned
+    try:
+        path = cache_dir().joinpath(*parts)
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK): raise PermissionError(f"{path} isn't writable")
+        return path
+    except (OSError, ValueError) as error:
+        if not _unusable_cache_warned:
+            import warnings
+            warnings.warn(f"the fusegrad cache folder can't be used ({type(error).__name__}: {error}); running without "
+                          f"the disk cache (kernels are compiled in every process)", RuntimeWarning, stacklevel=2)
+            _unusable_cache_warned = True
+        return None
 
 def content_hash(*parts: str | bytes) -> str:
     digest = hashlib.sha256()

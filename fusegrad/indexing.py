@@ -166,6 +166,8 @@ def getitem(x: "Tensor", indices: Any) -> "Tensor":
             if index.dtype == dtypes.bool:
                 raise IndexError("boolean mask indexing has a data-dependent shape; use masked_select or where instead")
             if not dtypes.is_int(index.dtype): raise IndexError(f"tensors used as indices must be int or bool, got {index.dtype}")
+            # out of range would read 0: numpy's and PyTorch's IndexError where the values are known (dim: x's)
+            check_index_bounds(item, result.shape[dim], k - sum(1 for j in items[:k] if j is None), negative=True)
             advanced.append((dim, index))
             dim += 1
     if not advanced: return result
@@ -444,13 +446,18 @@ def _scattered_region(x: "Tensor", items: list, value: "Tensor") -> tuple["Tenso
     # where each advanced index landed in the view: count the view dims made by earlier items
     dims, index_tensors, at, seen_ellipsis = [], [], 0, False
     explicit = sum(1 for i in items if i is not None and i is not Ellipsis)
+    x_dim = 0   # the dim of x an item indexes (for the error message)
     for item in items:
-        if item is Ellipsis: at += x.ndim - explicit
-        elif item is None or isinstance(item, slice): at += 1
-        elif isinstance(item, int): continue
+        if item is Ellipsis: at, x_dim = at + x.ndim - explicit, x_dim + x.ndim - explicit
+        elif item is None: at += 1
+        elif isinstance(item, slice): at, x_dim = at + 1, x_dim + 1
+        elif isinstance(item, int): x_dim += 1
         else:
             index = item if isinstance(item, Tensor) else Tensor(list(item) if isinstance(item, tuple) else item, device=view.device)
             if not dtypes.is_int(index.dtype): raise IndexError(f"tensors used as indices must be int, got {index.dtype}")
+            # out of range would write nothing: numpy's and PyTorch's IndexError where the values are known
+            check_index_bounds(item, view.shape[at], x_dim, negative=True)
+            x_dim += 1
             dims.append(at)
             index_tensors.append(index)
             at += 1
@@ -512,3 +519,84 @@ def bitcast_item_size(x: "Tensor", dtype) -> "Tensor":
         groups = bits.cast(unsigned[new]).unflatten(-1, (x.shape[-1] // ratio, ratio))
         result = (groups << shifts).sum(-1, dtype=unsigned[new])   # the parts' bits don't overlap: a sum is an or
     return result.bitcast(dtype) if dtype != unsigned[new] else result
+
+# ---------------------------------------------------------------- bounds of index values known on the host
+#
+# Indexing, gather/scatter, one_hot and the class-index losses compare an index with an arange: a value out of
+# range matches nothing, so it reads 0 and writes nothing, silently (tinygrad's behaviour). Where PyTorch raises,
+# fusegrad checks the values when they are known on the host before any kernel runs: a Python list, a numpy array,
+# a constant, or a realized tensor whose buffer the host can read (CPU, LLVM, PYTHON), through any view of it.
+# A lazy index (computed by a kernel that hasn't run) isn't read: checking it would mean running that kernel
+# early and waiting for it, on every indexing op. With CHECK_OOB=1 (a debugging switch; tinygrad's name for its
+# out-of-bounds checks) such an index is realized and checked too, where the op is built. (docs/api_fidelity.md)
+
+def _host_readable(buffer: Any) -> bool:
+    from fusegrad.device import MallocAllocator
+    return buffer.is_allocated() and isinstance(buffer.allocator, MallocAllocator)
+
+def _apply_view(values: Any, chain: tuple) -> Any:
+    """``values`` (a numpy array) through the movement ops ``chain`` (from view_chain), or None for an op or
+    argument numpy can't follow (a symbolic size)."""
+    import numpy as np
+    for op, arg in chain:
+        if any(isinstance(a, UOp) for a in _flat(arg)): return None
+        if op is Ops.RESHAPE: values = values.reshape(arg)
+        elif op is Ops.PERMUTE: values = values.transpose(arg)
+        elif op is Ops.EXPAND: values = np.broadcast_to(values, arg)
+        elif op is Ops.SHRINK: values = values[tuple(slice(start, stop) for start, stop in arg)]
+        elif op is Ops.FLIP: values = np.flip(values, tuple(i for i, flipped in enumerate(arg) if flipped))
+        elif op is Ops.PAD: values = np.pad(values, arg)
+        else: return None
+    return values
+
+def _realized_values(index: "Tensor") -> Any:
+    """The values of a realized single-device int tensor read from host memory, or None."""
+    import numpy as np
+    from fusegrad.buffers import BUFFERS
+    from fusegrad.dtype import to_np_dtype
+    from fusegrad.schedule.tensor_rules import const_value
+    if isinstance(index.device, tuple) or index.dtype.fmt is None or not all(isinstance(s, int) for s in index.shape): return None
+    if (value := const_value(index.uop)) is not None: return np.full(index.shape, value)
+    storage, chain = view_chain(index.uop)
+    if storage.op is not Ops.BUFFER or (buffer := BUFFERS.get(storage)) is None or not _host_readable(buffer): return None
+    if buffer.dtype != index.dtype: return None
+    memory = np.frombuffer(buffer.as_buffer(allow_zero_copy=True), dtype=to_np_dtype(buffer.dtype), count=buffer.size)
+    return _apply_view(memory, chain)
+
+def known_index_values(index: Any) -> Any:
+    """An index's integer values as a numpy array when they are known without running a kernel (see above), else
+    None. With CHECK_OOB=1 a lazy index tensor is realized first (not inside a TinyJit capture)."""
+    import numpy as np
+    from fusegrad.tensor import Tensor
+    if isinstance(index, Tensor):
+        if not dtypes.is_int(index.dtype): return None
+        values = _realized_values(index)
+        if values is None and _check_oob_enabled() and not isinstance(index.device, tuple):
+            values = _realized_values(index.realize())
+        return values
+    if isinstance(index, numbers.Integral) and not isinstance(index, bool): return np.array(int(index))
+    if isinstance(index, (list, tuple)) or type(index).__module__ == "numpy":
+        try: values = np.asarray(index)
+        except (ValueError, TypeError): return None   # (ragged, or holding tensors)
+        return values if values.dtype.kind in "iu" else None
+    return None
+
+def _check_oob_enabled() -> bool:
+    from fusegrad.helpers import CHECK_OOB
+    from fusegrad.engine.realize import capturing
+    return bool(CHECK_OOB.value) and not capturing   # (inside a capture, a value read would be the first call's only)
+
+def check_index_bounds(index: Any, size: Any, dim: int, *, negative: bool, error: type[Exception] = IndexError,
+                       what: str = "index", allowed: int | None = None) -> None:
+    """Raise ``error`` naming the first out-of-range value of ``index`` (where known, see known_index_values) for a
+    dimension ``dim`` of ``size`` elements: the range is [-size, size) with ``negative`` (numpy's wrap-around),
+    else [0, size). ``allowed`` is one more value that may appear (a loss's ignore_index)."""
+    if not isinstance(size, int): return
+    values = known_index_values(index)
+    if values is None or values.size == 0: return
+    low = -size if negative else 0
+    outside = (values < low) | (values >= size)
+    if allowed is not None: outside &= values != allowed
+    if outside.any():
+        bad = int(values[outside].flat[0])
+        raise error(f"{what} {bad} is out of bounds for dimension {dim} with size {size}")

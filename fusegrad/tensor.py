@@ -18,10 +18,10 @@ from fusegrad.device import Device, Buffer, MallocAllocator
 from fusegrad.schedule import create_schedule, ScheduleItem
 from fusegrad.schedule.tensor_rules import const_value   # (module level: _is_realized_uop runs on every realize)
 from fusegrad.buffers import new_buffer_uop, buffer_of, BUFFERS
-from fusegrad.engine.realize import run_schedule, capturing, shape_guards
+from fusegrad.engine.realize import run_schedule, capturing, shape_guards, realize_lock
 from fusegrad.engine.jit import unbind_variables
 from fusegrad.uop.alu import threefry2x32
-from fusegrad.gradient import record_origins, split_reduce   # (module level: an import inside _apply_becomes cost ~1.4 us per realize)
+from fusegrad.gradient import record_origins, split_reduce, anchor_value_origins, origin_of   # (module level: an import inside _apply_becomes cost ~1.4 us per realize)
 from fusegrad.mixins.processing import ProcessingMixin
 from fusegrad.mixins.functional import FunctionalMixin
 
@@ -37,6 +37,9 @@ def _live_tensors() -> list["Tensor"]:
 # rule), and their math (exp, log, sin ...) computes in float32 and rounds once
 _NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16) + dtypes.fp8s
 
+# selu's constants as PyTorch defines them (tinygrad's 1.67326 and 1.0507 are 9 float32 ulp off)
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
 def _fromnp(array: Any, device: str, dtype: DType | None) -> UOp:
     """Copy a numpy array into a new device buffer and return a view of it with the array's shape."""
     import numpy as np
@@ -50,6 +53,24 @@ def _fromnp(array: Any, device: str, dtype: DType | None) -> UOp:
     if device == "NPY": buffer_of(buffer).allocate(array.reshape(-1).view(np.uint8))   # zero-copy: wrap the array
     else: buffer_of(buffer).allocate().copyin(memoryview(array.reshape(-1).view(np.uint8)))
     return buffer.reshape(array.shape)
+
+def _from_bytes(data: bytes | bytearray | memoryview, device: str, dtype: DType | None) -> UOp:
+    """Raw bytes as a 1-d tensor of ``dtype``'s values (uint8 without one): ``len(data) // itemsize`` elements read
+    from the bytes as memory holds them, tinygrad's rule (``Tensor(struct.pack("ff", 1, 2), dtype=dtypes.float32)``
+    is ``[1.0, 2.0]``; converting each byte to a float gave 8 values). A length that isn't a whole number of items
+    raises ValueError. bool reads each nonzero byte as True."""
+    import numpy as np
+    raw = bytes(data)   # (a memoryview of any format: its bytes; a copy, so the tensor never aliases a bytearray)
+    dtype = dtypes.uint8 if dtype is None else dtypes.concrete(dtype)
+    if len(raw) % dtype.itemsize:
+        raise ValueError(f"can't read {len(raw)} bytes as {dtype}: not a whole number of its {dtype.itemsize}-byte items")
+    if dtype == dtypes.bool: return _fromnp(np.frombuffer(raw, dtype=np.uint8) != 0, device, dtype)
+    if dtype.fmt is not None: return _fromnp(np.frombuffer(raw, dtype=to_np_dtype(dtype)), device, dtype)
+    count = len(raw) // dtype.itemsize   # bfloat16 / fp8 (no numpy type): the bytes go into the buffer as they are
+    if count == 0: return UOp.const(dtype, 0, device, (0,))
+    buffer = new_buffer_uop(device, count, dtype)
+    buffer_of(buffer).allocate().copyin(memoryview(raw))
+    return buffer.reshape((count,))
 
 def _infer_list_dtype(data: Any) -> DType:
     flat = list(_flatten_nested(data))
@@ -145,6 +166,60 @@ class _PowGradient:
 
 def _tan_gradient(ret: UOp, grad: UOp) -> tuple[UOp]: return (grad + grad * ret * ret,)   # ret: tan x, differentiable
 
+@dataclasses.dataclass(frozen=True)
+class _SoftmaxGradient:
+    """The gradient rule of ``CUSTOM(value, x)`` for softmax (``log`` False) and log_softmax along ``axis``: PyTorch's
+    backward formulas, ``s * (g - sum(g * s))`` and ``g - e**out * sum(g)``. The chain rule through the value's graph
+    (x - max, exp, sum, divide) gives the same in exact arithmetic, but its terms only cancel to rounding error: the
+    gradient of ``softmax(x).sum()`` came out ~1e-8 instead of 0. (An arg, not a closure: see _PowGradient.)"""
+    axis: int
+    log: bool
+    def __call__(self, ret: UOp, grad: UOp) -> tuple[UOp]:
+        out, g = Tensor(ret), Tensor(grad)
+        if self.log: return ((g - out.exp() * g.sum(self.axis, keepdim=True)).uop,)
+        return ((out * (g - (g * out).sum(self.axis, keepdim=True))).uop,)
+
+def _sinh_gradient(ret: UOp, grad: UOp) -> tuple[UOp]:
+    """sinh' = cosh x (PyTorch's formula): inf where cosh overflows (the value's graph gave 0 * inf = NaN there)."""
+    return (grad * Tensor(ret.src[1]).cosh().uop,)
+
+def _cosh_gradient(ret: UOp, grad: UOp) -> tuple[UOp]:
+    """cosh' = sinh x (PyTorch's formula), +-inf where it overflows."""
+    return (grad * Tensor(ret.src[1]).sinh().uop,)
+
+def _acosh_gradient(ret: UOp, grad: UOp) -> tuple[UOp]:
+    """acosh' = 1 / sqrt(x*x - 1), PyTorch's formula everywhere: NaN for |x| < 1 (outside the domain), and for
+    x <= -1 the formula's value (the value's own graph would give 0 there: it masks x < 1 with a where)."""
+    x = Tensor(ret.src[1])
+    return (grad * (x * x - 1).rsqrt().uop,)
+
+def _atanh_gradient(ret: UOp, grad: UOp) -> tuple[UOp]:
+    """atanh' = 1 / (1 - x*x), PyTorch's formula everywhere: -1/3 at x = 2, inf at +-1."""
+    x = Tensor(ret.src[1])
+    return (grad / (1 - x * x).uop,)
+
+def _exp_gradient(ret: UOp, grad: UOp) -> tuple[UOp]:
+    """exp' = e**x: ret itself (differentiable again), in the dtype of x (ret may be narrower: float16 e**x of float32 x)."""
+    x = ret.src[1]
+    return ((grad * ret).cast(x.dtype) if x.dtype != ret.dtype else grad * ret,)
+
+def _expm1_gradient(ret: UOp, grad: UOp) -> tuple[UOp]:
+    """expm1' = e**x, computed as such: torch's expm1 uses result + 1, which cancels for very negative x (its elu uses
+    e**x too)."""
+    return (grad * Tensor(ret.src[1]).exp().uop,)
+
+def _no_gradient(ret: UOp, grad: UOp) -> tuple[None, None]: return (None, None)   # floor division: a step function
+
+@dataclasses.dataclass(frozen=True)
+class _RemainderGradient:
+    """The gradient rule of ``CUSTOM(value, a, b)`` for float ``fmod`` (``rounding`` "trunc") and ``remainder``
+    ("floor"), PyTorch's: ``1`` for a, ``-(a / b rounded)`` for b. The value is one Ops.MOD (C's fmod, exact),
+    which has no gradient of its own."""
+    rounding: str
+    def __call__(self, ret: UOp, grad: UOp) -> tuple[UOp, UOp]:
+        a, b = Tensor(ret.src[1]), Tensor(ret.src[2])
+        return (grad, grad * (-a.div(b, rounding_mode=self.rounding)).uop.cast(grad.dtype))
+
 def cos_uop(x: UOp) -> UOp:
     """cos x of a tensor-graph float UOp: one Ops.COS node (gradient -sin x, in gradient.py), which codegen expands
     into SIN's exact range reduction with the quadrant advanced by one (codegen/transcendental.py) where the renderer
@@ -234,8 +309,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             # a file: a uint8 DISK tensor over its bytes (tinygrad's Tensor(pathlib.Path))
             uop = Tensor.empty(data.stat().st_size, dtype=dtype or dtypes.uint8, device=f"disk:{data}").uop
         elif isinstance(data, (bytes, bytearray, memoryview)):
-            import numpy as np
-            uop = _fromnp(np.frombuffer(bytes(data), dtype=np.uint8), device, dtypes.uint8 if dtype is None else dtype)
+            uop = _from_bytes(data, device, dtype)
         elif isinstance(data, (list, tuple)):
             import numpy as np
             if dtype is not None: _refuse_none(list(_flatten_nested(data)), data, TypeError)
@@ -249,8 +323,12 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             import numpy as np
             array = np.asarray(data)
             if array.dtype == object: raise TypeError(f"can't make a tensor from a numpy array of objects")
-            # a 0-d array is a constant, as a Python number is (tinygrad 0.14, whatever the dtype)
-            if array.shape == (): uop = UOp.const(dtype or from_np(array.dtype), array.item(), device, ())
+            # a 0-d array is a constant, as a Python number is (tinygrad 0.14), except a float one gradient() may target:
+            # constants are interned, so Tensor(np.array(0.5)) would be the very node of every literal 0.5 in the graph
+            # (x * 0.5, and the 0.5 inside atanh and cosh) and its gradient would add up all of theirs
+            target = dtype or from_np(array.dtype)
+            if array.shape == () and (requires_grad is False or not dtypes.is_float(target)):
+                uop = UOp.const(target, array.item(), device, ())
             else: uop = _fromnp(array, device, dtype)
         else:
             raise RuntimeError(f"can't make a Tensor from {type(data).__name__}: {data!r:.60}")
@@ -290,7 +368,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """The element type.
 
         >>> Tensor([1.0]).dtype, Tensor([1]).dtype
-        (dtypes.float32, dtypes.int32)
+        (dtypes.float, dtypes.int)
         """
         return self.uop.dtype
     @property
@@ -380,6 +458,10 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
 
     def _schedule(self, *others: "Tensor") -> tuple[list[ScheduleItem], list[UOp]]:
         """schedule(), also returning the graphs kept for autograd (see _apply_becomes)."""
+        with realize_lock:   # (rebinding the live tensors must not interleave with another thread's realize)
+            return self._schedule_locked(*others)
+
+    def _schedule_locked(self, *others: "Tensor") -> tuple[list[ScheduleItem], list[UOp]]:
         if not others:   # (the eager case: one tensor, no list and dict built to find its roots)
             if _is_realized_uop(self.uop): return [], []
             roots = [self.uop]
@@ -397,14 +479,17 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         >>> Tensor([1, 2]).add(1).realize().tolist()
         [2, 3]
         """
-        items, origins = self._schedule(*others)
-        if len(items) > 1:
-            from fusegrad.engine.memory import plan_memory, referenced_buffers
-            # buffers read by live tensors or by graphs kept for autograd must get their own memory
-            planned = {b for item in items for b in item.buffer_uops}
-            keep = referenced_buffers([t.uop for t in _live_tensors()] + origins, planned)
-            plan_memory([item.buffer_uops for item in items], keep, BUFFERS)
-        run_schedule(items, do_update_stats=do_update_stats)
+        # one thread at a time from scheduling to the last kernel: in between, the tensors already point at buffers
+        # that aren't written yet (engine/realize.py realize_lock)
+        with realize_lock:
+            items, origins = self._schedule_locked(*others)
+            if len(items) > 1:
+                from fusegrad.engine.memory import plan_memory, referenced_buffers
+                # buffers read by live tensors or by graphs kept for autograd must get their own memory
+                planned = {b for item in items for b in item.buffer_uops}
+                keep = referenced_buffers([t.uop for t in _live_tensors()] + origins, planned)
+                plan_memory([item.buffer_uops for item in items], keep, BUFFERS)
+            run_schedule(items, do_update_stats=do_update_stats)
         return self
 
     def _is_realized(self) -> bool: return _is_realized_uop(self.uop)
@@ -431,6 +516,12 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             return (self.bitcast(dtypes.uint16).numpy().astype(np.uint32) << 16).view(np.float32)
         if self.dtype.fmt is None: return self.cast(dtypes.float32).numpy()
         if isinstance(self.device, tuple): return self.to(self.device[0]).numpy()
+        with realize_lock:   # (realized and read as one step: another thread's realize may write this buffer)
+            return self._realized_numpy()
+
+    def _realized_numpy(self) -> Any:
+        """numpy() of a single-device tensor of a numpy dtype, with realize_lock held."""
+        import numpy as np
         self.realize()
         from fusegrad.schedule.tensor_rules import const_value
         shape = tuple(s if isinstance(s, int) else _bound_value(s) for s in self.shape)   # a symbolic size: its bound value
@@ -679,7 +770,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if not dtypes.is_float(self.dtype): raise RuntimeError(f"only float tensors have a gradient, backward got a {self.dtype} tensor")
         from fusegrad.gradient import compute_gradient, differentiation_order
         in_graph, _ = differentiation_order(self.uop)   # realized tensors included, through their origins
-        candidates = [t for t in list(all_tensors) if t.uop in in_graph and t is not self and dtypes.is_float(t.dtype)]
+        candidates = [t for t in _live_tensors() if t.uop in in_graph and t is not self and dtypes.is_float(t.dtype)]
         tracked = any(t.requires_grad is True for t in candidates)
         targets = [t for t in candidates if (t.requires_grad is True if tracked else t.requires_grad is not False)]
         if not targets: return self
@@ -1300,21 +1391,21 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """Cast to float32.
 
         >>> Tensor([1]).float().dtype
-        dtypes.float32
+        dtypes.float
         """
         return self.cast(dtypes.float32)
     def half(self) -> "Tensor":
         """Cast to float16.
 
         >>> Tensor([1.0]).half().dtype
-        dtypes.float16
+        dtypes.half
         """
         return self.cast(dtypes.float16)
     def double(self) -> "Tensor":
         """Cast to float64.
 
         >>> Tensor([1]).double().dtype
-        dtypes.float64
+        dtypes.double
         """
         return self.cast(dtypes.float64)
     def int(self) -> "Tensor":
@@ -1328,14 +1419,14 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """Cast to int64.
 
         >>> Tensor([1.0]).long().dtype
-        dtypes.int64
+        dtypes.long
         """
         return self.cast(dtypes.int64)
     def short(self) -> "Tensor":
         """Cast to int16.
 
         >>> Tensor([1]).short().dtype
-        dtypes.int16
+        dtypes.short
         """
         return self.cast(dtypes.int16)
     def bool(self) -> "Tensor":
@@ -1540,6 +1631,9 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         >>> Tensor([[1, 2, 3]]).transpose().tolist()
         [[1], [2], [3]]
         """
+        if self.ndim == 0:   # tinygrad's IndexError (PyTorch returns the scalar); _resolve_dim alone would accept dim 0
+            raise IndexError(f"transpose needs a tensor of at least 1 dimension: dimensions {dim0} and {dim1} are out of range "
+                             f"for a 0-d tensor")
         order = list(range(self.ndim))
         a, b = self._resolve_dim(dim0), self._resolve_dim(dim1)
         order[a], order[b] = order[b], order[a]
@@ -1750,9 +1844,16 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         [0.5, 0.5]
         """
         x = self.cast(dtype) if dtype is not None else self
-        shifted = x - x.max(axis, keepdim=True)
+        return x._with_gradient(x.detach()._softmax_value(axis), _SoftmaxGradient(axis, log=False))
+    def _softmax_value(self, axis: int) -> "Tensor":
+        shifted = self - self.max(axis, keepdim=True)
         e = shifted.exp()
         return e / e.sum(axis, keepdim=True)
+    def _with_gradient(self, value: "Tensor", rule: Callable[[UOp, UOp], tuple[UOp]]) -> "Tensor":
+        """``value`` (computed from self detached) with ``rule(ret, grad)`` as its gradient with respect to self (an
+        Ops.CUSTOM node; a tensor that needs no gradient gets the plain value)."""
+        if self.requires_grad is False: return value
+        return Tensor(UOp(Ops.CUSTOM, value.dtype, (value.uop, self.uop), rule), requires_grad=self.requires_grad)
     def log_softmax(self, axis: int = -1, dtype: DType | None = None) -> "Tensor":
         """log(softmax(x)) along ``axis``, computed stably.
 
@@ -1760,8 +1861,8 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         array([-0.6931, -0.6931], dtype=float32)
         """
         x = self.cast(dtype) if dtype is not None else self
-        shifted = x - x.max(axis, keepdim=True)
-        return shifted - shifted.exp().sum(axis, keepdim=True).log()
+        shifted = x.detach() - x.detach().max(axis, keepdim=True)
+        return x._with_gradient(shifted - shifted.exp().sum(axis, keepdim=True).log(), _SoftmaxGradient(axis, log=True))
     def logsumexp(self, axis: Any = None, keepdim: bool = False) -> "Tensor":
         """log(sum(exp(x))) computed stably.
 
@@ -1859,9 +1960,12 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """
         x = self._widened()
         constant = x.uop.base
-        if constant.op is Ops.CONST and isinstance(constant.arg, float) and not x.requires_grad:
+        if constant.op is Ops.CONST and isinstance(constant.arg, float) and x.requires_grad is not True:
             # a constant folds (x * log2 e rounded first) before codegen could see the pattern: fold e**x here
-            return x.const_like(_exp_of_float(constant.arg), x._narrow_dtype(self))   # rounded once
+            folded = x.const_like(_exp_of_float(constant.arg), x._narrow_dtype(self))   # rounded once
+            if x.requires_grad is False: return folded
+            # gradient() may still target the constant (Tensor.full((3,), 0.5) is one): keep the way back to it
+            return Tensor(UOp(Ops.CUSTOM, folded.dtype, (folded.uop, x.uop), _exp_gradient), requires_grad=None)
         return (x * (1 / math.log(2))).exp2().cast(x._narrow_dtype(self))
     def _float(self) -> "Tensor": return self if dtypes.is_float(self.dtype) else self.cast(least_upper_float(self.dtype))
     def sqrt(self) -> "Tensor":
@@ -2070,7 +2174,15 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         >>> Tensor([-4.0, 0.0, 4.0]).hardsigmoid().tolist()
         [0.0, 0.5, 1.0]
         """
-        return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
+        x = self._widened()
+        # torch's form for its defaults, clamp(x + 3, 0, 6) / 6 (same rounding); a clamp, not relu(y) - relu(y - 1),
+        # which cancels to 0 for large x (1e10 gave 0, inf NaN)
+        y = (x + 3)._clamp_flat(0, 6) / 6 if (alpha, beta) == (1 / 6, 0.5) else (alpha * x + beta)._clamp_flat(0, 1)
+        return y.cast(x._narrow_dtype(self))
+    def _clamp_flat(self, low: float, high: float) -> "Tensor":
+        """``low`` at or below ``low``, ``high`` at or above ``high``, else x (NaN stays NaN). The gradient is 0 on
+        the bounds, torch's rule for hardtanh/relu6/hardsigmoid (``clip`` passes it there, torch's clamp rule)."""
+        return (self <= low).where(low, (self >= high).where(high, self))
     def tanh(self) -> "Tensor":
         """tanh: an odd series for |x| < 0.625 (relative accuracy down to tiny x, -0 stays -0),
         (1 - e)/(1 + e) with e = e**-2|x| <= 0.29 (no cancellation) above.
@@ -2093,12 +2205,14 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         array([0.    , 1.1752], dtype=float32)
         """
         x = self._widened()
-        negative, magnitude = x._signbit(), x.abs()
+        return x._with_gradient(x.detach()._sinh_value(), _sinh_gradient).cast(x._narrow_dtype(self))
+    def _sinh_value(self) -> "Tensor":
+        negative, magnitude = self._signbit(), self.abs()
         small = magnitude < 1
-        series = small.where(x, 0)._odd_series(_SINH_SERIES)
+        series = small.where(self, 0)._odd_series(_SINH_SERIES)
         h = (small.where(1, magnitude) * 0.5).exp()
         large = (h * 0.5) * (h - 1 / (h * h * h))
-        return small.where(series, negative.where(-large, large)).cast(x._narrow_dtype(self))
+        return small.where(series, negative.where(-large, large))
     def cosh(self) -> "Tensor":
         """cosh = h*(h + h**-3)/2 with h = e**(|x|/2): finite wherever cosh is.
 
@@ -2106,8 +2220,8 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         array([1.    , 1.5431], dtype=float32)
         """
         x = self._widened()
-        h = (x.abs() * 0.5).exp()
-        return ((h * 0.5) * (h + 1 / (h * h * h))).cast(x._narrow_dtype(self))
+        h = (x.detach().abs() * 0.5).exp()
+        return x._with_gradient((h * 0.5) * (h + 1 / (h * h * h)), _cosh_gradient).cast(x._narrow_dtype(self))
     def atanh(self) -> "Tensor":
         """atanh x = sign(x)/2 * log1p(2|x| / (1 - |x|)): no cancellation near 0 (tiny x gives x, -0
         stays -0); +-1 gives +-inf, |x| > 1 nan.
@@ -2116,11 +2230,13 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         array([0.    , 0.5493], dtype=float32)
         """
         x = self._widened()
-        negative, magnitude = x._signbit(), x._magnitude()
+        return x._with_gradient(x.detach()._atanh_value(), _atanh_gradient).cast(x._narrow_dtype(self))
+    def _atanh_value(self) -> "Tensor":
+        negative, magnitude = self._signbit(), self._magnitude()
         one = magnitude == 1
-        inside = one.where(0, magnitude)   # the unused side gets 0: no inf in the gradient
+        inside = one.where(0, magnitude)
         result = one.where(math.inf, (2 * inside / (1 - inside))._log1p() * 0.5)
-        return negative.where(-result, result).cast(x._narrow_dtype(self))
+        return negative.where(-result, result)
     def asinh(self) -> "Tensor":
         """asinh x = sign(x) * log1p(|x| + x*x / (1 + sqrt(1 + x*x))) (accurate near 0, -0 stays -0),
         log|x| + ln 2 beyond 2**28 (where sqrt(1 + x*x) = |x| and x*x could overflow); +-inf gives +-inf.
@@ -2144,11 +2260,13 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         array([0.   , 1.317], dtype=float32)
         """
         x = self._widened()
-        large = x > 2.0 ** 28
-        t = (large | (x < 1)).where(0, x - 1)
+        return x._with_gradient(x.detach()._acosh_value(), _acosh_gradient).cast(x._narrow_dtype(self))
+    def _acosh_value(self) -> "Tensor":
+        large = self > 2.0 ** 28
+        t = (large | (self < 1)).where(0, self - 1)
         small_result = (t + (t * (t + 2)).sqrt())._log1p()
-        result = large.where(large.where(x, 1).log() + math.log(2), small_result)
-        return (x >= 1).where(result, math.nan).cast(x._narrow_dtype(self))
+        result = large.where(large.where(self, 1).log() + math.log(2), small_result)
+        return (self >= 1).where(result, math.nan)
     def _magnitude(self) -> "Tensor":
         """|x| with derivative sign(x), and 1 at +-0 (odd functions have f'(0) = 1-type slopes there)."""
         return self._signbit().where(-self, self)
@@ -2206,21 +2324,30 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         >>> Tensor([-1.0, 1.0]).elu().numpy().round(4)
         array([-0.6321,  1.    ], dtype=float32)
         """
-        return (self > 0).where(self, alpha * (self._negative_part().exp() - 1))
+        x = self._widened()
+        return (x > 0).where(x, alpha * x._negative_part().expm1()).cast(x._narrow_dtype(self))
     def celu(self, alpha: float = 1.0) -> "Tensor":
         """x for x > 0, alpha * (e**(x/alpha) - 1) otherwise.
 
         >>> Tensor([-1.0, 1.0]).celu().numpy().round(4)
         array([-0.6321,  1.    ], dtype=float32)
         """
-        return (self > 0).where(self, alpha * ((self._negative_part() / alpha).exp() - 1))
-    def selu(self, alpha: float = 1.67326, gamma: float = 1.0507) -> "Tensor":
-        """gamma * elu(x, alpha) with the standard self-normalizing constants.
+        x = self._widened()
+        # torch multiplies by 1/alpha (rounded) rather than dividing
+        return (x > 0).where(x, alpha * (x._negative_part() * (1 / alpha)).expm1()).cast(x._narrow_dtype(self))
+    def selu(self, alpha: float = _SELU_ALPHA, gamma: float = _SELU_SCALE) -> "Tensor":
+        """gamma * elu(x, alpha) with the self-normalizing constants (PyTorch's exact ones by default; tinygrad's
+        defaults are 1.67326 and 1.0507). Like torch, x <= 0 gives expm1(x) * (alpha * gamma), that product
+        rounded once in the compute dtype.
 
         >>> Tensor([-1.0, 1.0]).selu().numpy().round(4)
         array([-1.1113,  1.0507], dtype=float32)
         """
-        return gamma * (self > 0).where(self, alpha * (self._negative_part().exp() - 1))
+        x = self._widened()
+        from fusegrad.dtype import truncate_float
+        f32 = functools.partial(truncate_float, dtype=dtypes.float32)   # torch's float opmath multiplies float32 values
+        negative_scale = alpha * gamma if x.dtype == dtypes.float64 else f32(f32(alpha) * f32(gamma))
+        return (x > 0).where(gamma * x, x._negative_part().expm1() * negative_scale).cast(x._narrow_dtype(self))
     def swish(self) -> "Tensor":
         """x * sigmoid(x); float16/bfloat16 compute in float32 and round once.
 
@@ -2242,14 +2369,16 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         >>> Tensor([-1.0, 3.0, 8.0]).relu6().tolist()
         [0.0, 3.0, 6.0]
         """
-        return self.relu() - (self - 6).relu()
+        x = self._widened()
+        return x._clamp_flat(0, 6).cast(x._narrow_dtype(self))   # (relu(x) - relu(x - 6) cancelled: 1e8 gave 8)
     def hardswish(self) -> "Tensor":
-        """x * relu6(x + 3) / 6.
+        """x * relu6(x + 3) / 6, torch's form and rounding (inf gives inf, -inf NaN).
 
         >>> Tensor([0.0, 1.0, 4.0]).hardswish().numpy().round(4)
         array([0.    , 0.6667, 4.    ], dtype=float32)
         """
-        return self * (self + 3).relu6() * (1 / 6)
+        x = self._widened()
+        return (x * (x + 3)._clamp_flat(0, 6) / 6).cast(x._narrow_dtype(self))   # (gradient 0 at -3, 1 at 3: torch's)
     def hardtanh(self, min_val: float = -1, max_val: float = 1) -> "Tensor":
         """Clip to ``[min_val, max_val]`` (default [-1, 1]).
 
@@ -2333,6 +2462,29 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         u = self + 1
         exact = u == 1
         return exact.where(self, u.log() * self / exact.where(1, u - 1))
+    def expm1(self) -> "Tensor":
+        """e**x - 1, accurate near 0 where ``exp(x) - 1`` cancels (1e-8 gives 1e-8, not 0), like ``torch.expm1``.
+        float16/bfloat16 compute in float32 and round once. The gradient is e**x (the result + 1), torch's.
+
+        >>> Tensor([0.0, 1e-10]).expm1().tolist()
+        [0.0, 1.000000013351432e-10]
+        """
+        x = self._widened()
+        value = x.detach()._expm1_value()
+        if x.requires_grad is not False:
+            value = Tensor(UOp(Ops.CUSTOM, value.dtype, (value.uop, x.uop), _expm1_gradient), requires_grad=x.requires_grad)
+        return value.cast(x._narrow_dtype(self))
+    def _expm1_value(self) -> "Tensor":
+        """Kahan's expm1: (u - 1) * (x / log u) with u = e**x rounded; the factor x / log u corrects u's rounding
+        error (the quotient (u - 1) / log u varies slowly in u). x itself where u rounds to 1 (-0 stays -0), -1 where
+        u - 1 rounds to -1 (x = -inf too), inf where u overflows."""
+        u = self.exp()
+        u_minus_1 = u - 1
+        one, minus_one, overflow = u == 1, u_minus_1 == -1, u == math.inf
+        safe_log = (one | minus_one | overflow).where(1.0, u).log()
+        ratio = (one | minus_one | overflow).where(1.0, self) / (one | minus_one | overflow).where(1.0, safe_log)
+        result = one.where(self, minus_one.where(-1.0, u_minus_1 * ratio))
+        return overflow.where(math.inf, result)
     def softsign(self) -> "Tensor":
         """x / (1 + |x|).
 
@@ -2379,8 +2531,8 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             if dtypes.is_int(a.dtype):
                 if rounding_mode == "trunc": return a._apply(Ops.IDIV, b)
                 return a._floordiv_int(b)
-            quotient = a._apply(Ops.FDIV, b)
-            return quotient.trunc() if rounding_mode == "trunc" else quotient.floor()
+            if rounding_mode == "floor": return a._floor_divide_float(b)
+            return a._apply(Ops.FDIV, b).trunc()
         return self._true_divide(x, reverse)
     def _true_divide(self, x: Any, reverse: bool) -> "Tensor":
         """``self / x`` (``x / self`` with ``reverse``). The result's float dtype comes from the operands' dtypes (ints
@@ -2394,6 +2546,25 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         other = x.cast(compute_dtype) if isinstance(x, Tensor) else x
         a, b = self.cast(compute_dtype)._broadcasted(other, reverse)
         return a._apply(Ops.FDIV, b).cast(float_dtype)
+    def _floor_divide_float(self, b: "Tensor") -> "Tensor":
+        """floor(a / b) of broadcast float tensors as PyTorch computes it (not floor of the rounded quotient, which
+        is wrong next to integers and gives +-inf for an infinite a): the exact multiple a - fmod(a, b) divided by b,
+        one less where the remainder's sign differs from b's, rounded to the nearest integer; a quotient of 0 takes
+        the sign of a / b. a / b itself where b is 0, and a where a / b overflows for a finite a. No gradient (a step
+        function; torch has none either). float16/bfloat16 round every step to their dtype, as torch does (only the
+        exact remainder is computed in float32)."""
+        a, d = self.detach(), b.detach()
+        quotient = a / d
+        remainder = a._widened()._apply(Ops.MOD, d._widened()).cast(a.dtype)
+        exact_multiple = (quotient.isinf() & a.isinf().logical_not()).where(a, a - remainder)
+        div = exact_multiple / d
+        div = (remainder.ne(0) & (remainder < 0).ne(d < 0)).where(div - 1, div)
+        floor = div.floor()
+        floor = (div - floor > 0.5).where(floor + 1, floor)
+        floor = (div == 0).where(quotient._signbit().where(-0.0, 0.0), floor)
+        value = (d == 0).where(quotient, floor)
+        if self.requires_grad is False and b.requires_grad is False: return value
+        return Tensor(UOp(Ops.CUSTOM, value.dtype, (value.uop, self.uop, b.uop), _no_gradient), requires_grad=self._grad_flag(b))
     def _floordiv_int(self, b: "Tensor") -> "Tensor":
         q = self._apply(Ops.IDIV, b)
         adjust = (self._apply(Ops.MOD, b).ne(0)) & ((self < 0).ne(b < 0))
@@ -2419,7 +2590,7 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if dtypes.is_int(a.dtype):
             r = a._apply(Ops.MOD, b)
             return (r.ne(0) & ((r < 0).ne(b < 0))).where(r + b, r)
-        return a - b * a.div(b, rounding_mode="floor")
+        return a._float_remainder(b, "floor")
     def fmod(self, x: Any) -> "Tensor":
         """C-style remainder (the sign of the dividend), like torch.fmod.
 
@@ -2428,7 +2599,19 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         """
         a, b = self._broadcasted(x)
         if dtypes.is_int(a.dtype): return a._apply(Ops.MOD, b)
-        return a - b * a.div(b, rounding_mode="trunc")
+        return a._float_remainder(b, "trunc")
+    def _float_remainder(self, b: "Tensor", rounding: str) -> "Tensor":
+        """fmod ("trunc") or torch.remainder ("floor": fmod plus b where the signs differ) of broadcast float
+        tensors, exact: one Ops.MOD, which renders as C's fmod (a - b * (a // b) rounded twice: 1e8 % 3 gave 0 and
+        x % inf NaN). float16/bfloat16 compute in float32 (the remainder is exact there too). The gradient is
+        PyTorch's (_RemainderGradient)."""
+        a, d = self.detach()._widened(), b.detach()._widened()
+        r = a._apply(Ops.MOD, d)
+        if rounding == "floor": r = (r.ne(0) & (r < 0).ne(d < 0)).where(r + d, r)
+        value = r.cast(a._narrow_dtype(self))
+        if self.requires_grad is False and b.requires_grad is False: return value
+        return Tensor(UOp(Ops.CUSTOM, value.dtype, (value.uop, self.uop, b.uop), _RemainderGradient(rounding)),
+                      requires_grad=self._grad_flag(b))
     def pow(self, x: Any, reverse: bool = False) -> "Tensor":
         """x ** y. Small integer exponents multiply; otherwise exp2(y * log2|x|) with the sign fixed.
 
@@ -2468,9 +2651,17 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         if x < 0 and float(x).is_integer() and dtypes.is_float(self.dtype): return self.pow(-x).reciprocal()
         return None
     def _pow_value(self, exponent: "Tensor") -> "Tensor":
-        """self ** exponent for broadcast float (or int base, float exponent) tensors, through exp2/log2."""
+        """self ** exponent for broadcast float (or int base, float exponent) tensors, through exp2/log2.
+
+        exp2(y * log2 x) in the result's own dtype is off by up to |y * log2 x| ulps of that product: log2 x rounds
+        to 24 bits, and the result's relative error is the product's absolute error (float32 10**30 was 55 ulp off). So
+        float32 computes in float64, whose product is exact enough that the result rounds once (within an ulp of the
+        correctly rounded value), and float16/bfloat16 compute that float32 pow and round it once, as PyTorch does
+        (``Tensor([10.], dtype=half) ** 3.14`` gave 1387, torch 1382). float64 keeps its own exp2/log2."""
         base = self
         base, exponent = base._float(), exponent.cast(least_upper_float(base.dtype))
+        wider = {dtypes.float16: dtypes.float32, dtypes.bfloat16: dtypes.float32, dtypes.float32: dtypes.float64}.get(base.dtype)
+        if wider is not None: return base.cast(wider)._pow_value(exponent.cast(wider)).cast(base.dtype)
         magnitude = (exponent * base.abs().log2()).exp2()
         is_int = exponent.trunc() == exponent            # true for +-inf too
         is_odd_int = is_int & (exponent.abs().mod(2) == 1)
@@ -2536,8 +2727,11 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         >>> Tensor([1.0, 2.0]).copysign(Tensor([-1.0, 1.0])).tolist()
         [-1.0, 2.0]
         """
+        # the sign bit, as torch reads it: -0.0 and a negative NaN count as negative (a Python number's is read here:
+        # a NaN constant in a kernel loses its sign)
+        if isinstance(other, (int, float)) and not isinstance(other, bool): return -self.abs() if math.copysign(1.0, other) < 0 else self.abs()
         other = other if isinstance(other, Tensor) else self._to_tensor(other)
-        negative = (other < 0) | ((other == 0) & ((1 / other.cast(least_upper_float(other.dtype))) < 0))
+        negative = other._signbit() if dtypes.is_float(other.dtype) else other < 0
         return negative.where(-self.abs(), self.abs())
     def logaddexp(self, other: Any) -> "Tensor":
         """log(exp(self) + exp(other)), computed stably.
@@ -2545,8 +2739,12 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
         >>> Tensor([0.0]).logaddexp(Tensor([0.0])).numpy().round(4)
         array([0.6931], dtype=float32)
         """
-        m = self.maximum(other)
-        return m + ((self - m).exp() + (other - m).exp()).log()
+        a, b = self._broadcasted(other)
+        x, y = a._widened(), b._widened()
+        # max + log1p(e**-|x - y|): no cancellation (e**-20 isn't lost adding it to 1 first); equal infinities are
+        # themselves (their difference is NaN), torch's rule
+        result = x.maximum(y) + (-(x - y).abs()).exp()._log1p()
+        return ((x == y) & x.isinf()).where(x, result).cast(x._narrow_dtype(a))
     def bitwise_and(self, x: Any, reverse: bool = False) -> "Tensor":
         """Elementwise bitwise AND of integer or bool tensors.
 
@@ -2784,6 +2982,123 @@ class Tensor(ProcessingMixin, FunctionalMixin, metaclass=_TensorMeta):
             g = total
         return g
 
+    # ---------------------------------------------------------------- tinygrad 0.14 API, round 3 (issue 36):
+    # param marking, invalids, the raw RNG primitives and Keccak hashing
+    @property
+    def is_param(self) -> bool:
+        """tinygrad 0.14's mark of a trainable tensor: an optimizer updates its ``is_param`` tensors and only
+        realizes the others (BatchNorm's running statistics). In fusegrad it is ``requires_grad is not False``,
+        so both spellings mark the same tensors.
+
+        >>> Tensor([1.0]).is_param, Tensor([1.0], requires_grad=False).is_param
+        (True, False)
+        """
+        return self.requires_grad is not False
+    @is_param.setter
+    def is_param(self, value: bool) -> None:
+        # marking a tensor a param again leaves an explicit requires_grad=True as it is
+        if not value: self.requires_grad = False
+        elif self.requires_grad is False: self.requires_grad = None
+    def is_param_(self, is_param: bool = True) -> "Tensor":
+        """Set ``is_param`` in place and return ``self`` (tinygrad's ``Tensor.zeros(3).is_param_(False)``).
+
+        >>> Tensor.zeros(3).is_param_(False).requires_grad
+        False
+        """
+        self.is_param = is_param
+        return self
+    def as_param(self, slot: int) -> "Tensor":
+        """A placeholder shaped like ``self`` (same shape, dtype, device and sharding) for argument ``slot`` of a
+        traced function. tinygrad makes a PARAM node that a CALL binds; fusegrad has no CALL nodes, so the
+        placeholder is an uninitialized tensor (tinygrad's unbound PARAM has no defined contents either).
+
+        >>> Tensor([[1, 2]]).as_param(0).shape
+        (1, 2)
+        """
+        if not isinstance(slot, int) or isinstance(slot, bool) or slot < 0:
+            raise ValueError(f"as_param needs a non-negative int slot, got {slot!r}")
+        if isinstance(self.device, tuple):   # sharded like self: each device gets an empty shard
+            return Tensor.empty(*self.shape, dtype=self.dtype, device=self.device).shard(self.device, self.uop.axis)
+        return Tensor.empty(*self.shape, dtype=self.dtype, device=self.device)
+    @staticmethod
+    def invalids(*shape, device: str | tuple | None = None, dtype: DType | str | None = None) -> "Tensor":
+        """A tensor whose values are Invalid (undefined): an anonymous buffer to be written later, like
+        ``Tensor.empty``. As in tinygrad 0.14 the dtype defaults to bool (the dtype of the Invalid constant).
+
+        >>> t = Tensor.invalids(2, 3); t.shape, t.dtype
+        ((2, 3), dtypes.bool)
+        """
+        return Tensor.empty(*Tensor._shape_arg(shape), device=device, dtype=dtypes.bool if dtype is None else to_dtype(dtype))
+    def threefry(self, seed: "Tensor") -> "Tensor":
+        """The Threefry-2x32 block cipher (20 rounds): each uint64 of ``self`` (high word << 32 | low word) encrypted
+        under the uint64 key ``seed`` (broadcast); tinygrad 0.14's Ops.THREEFRY, the same values.
+
+        >>> Tensor([0], dtype=dtypes.uint64).threefry(Tensor(0, dtype=dtypes.uint64)).dtype
+        dtypes.ulong
+        """
+        if not isinstance(seed, Tensor): raise TypeError(f"threefry needs a Tensor seed, got {type(seed).__name__}")
+        if self.dtype != dtypes.uint64 or seed.dtype != dtypes.uint64:
+            raise RuntimeError(f"threefry works on uint64 blocks and a uint64 key, got {self.dtype} and {seed.dtype}")
+        x, key = self._broadcasted(seed)
+        return Tensor(UOp(Ops.THREEFRY, dtypes.uint64, (x.uop, key.uop)), requires_grad=False)
+    @staticmethod
+    def random_bits(key: "Tensor", counter: "Tensor", num: int) -> "Tensor":
+        """``num`` random uint32 words of the Threefry stream for ``key`` (uint32 [2]: low, high) at ``counter``
+        (uint32 [2]: the low and high words of a 64-bit count). As in tinygrad 0.14, and as ``rand`` draws: each
+        chunk of up to 2**32-1 words gets its own key, the cipher of ``counter + chunk start`` under ``key``, and
+        its words are the cipher of the counts 0..ceil(n/2)-1 (then the high words of the same blocks).
+
+        >>> Tensor.random_bits(Tensor([1, 2], dtype=dtypes.uint32), Tensor([0, 0], dtype=dtypes.uint32), 3).shape
+        (3,)
+        """
+        if not isinstance(num, int) or num < 0: raise ValueError(f"random_bits needs a non-negative int num, got {num!r}")
+        low, high = counter[0:1], counter[1:2]
+        chunks, chunk_max = [], 0xFFFFFFFF
+        for start in range(0, num, chunk_max):
+            size = min(num - start, chunk_max)
+            chunk_low = low + (start & 0xFFFFFFFF)
+            # the carry of the low word's wrap-around into the high word
+            chunk_high = high + (start >> 32) + (chunk_low < low).cast(dtypes.uint32)
+            key0, key1 = _threefry2x32(chunk_low, chunk_high, key[0:1], key[1:2])
+            half = ceildiv(size, 2)
+            counts = Tensor.arange(half, device=key.device, dtype=dtypes.uint32)
+            words0, words1 = _threefry2x32(counts, counts + half, key0, key1)
+            chunks.append(words0.cat(words1)[:size])
+        if not chunks: return counter[0:0]
+        return chunks[0].cat(*chunks[1:])
+    def keccak(self, cfg: str | tuple[int, int] = "sha3_256") -> "Tensor":
+        """The Keccak hash of each row of the last dimension (of its bytes: any dtype is hashed as its memory),
+        as tinygrad 0.14 computes it: ``cfg`` is "sha3_256" (default, 32 bytes like hashlib.sha3_256),
+        "sha3_224" (28 bytes), "shake_128" (the first 16 bytes of hashlib.shake_128) or (rate, domain byte).
+        Returns uint8 of shape ``self.shape[:-1] + (digest bytes,)``.
+
+        >>> bytes(Tensor(b"abc").keccak().tolist()).hex()[:16]
+        '3a985da74fe225b2'
+        """
+        rate, domain = _KECCAK_CONFIGS[cfg] if isinstance(cfg, str) else cfg
+        if not 0 < rate < 200 or rate % 8: raise ValueError(f"keccak rate must be a multiple of 8 in (0, 200), got {rate}")
+        data = self.bitcast(dtypes.uint8) if self.dtype != dtypes.uint8 else self
+        rows = data.reshape(prod(data.shape[:-1]), data.shape[-1])
+        digest = _keccak_sponge(rows, rate, domain)[:, :(200 - rate) // 2]
+        return digest.reshape(*data.shape[:-1], (200 - rate) // 2)
+    def hash(self) -> "Tensor":  # type: ignore[override]
+        """tinygrad 0.14's 16-byte tree hash of the tensor's bytes: the bytes are padded with zeros to whole
+        1 MiB chunks; each chunk is cut in 4096-byte rows, each row hashed with SHAKE-128 (16 bytes), and the
+        4096 bytes of row digests of a chunk hashed again with SHAKE-128; the chunk digests, concatenated, are
+        hashed the same way until one chunk is left. (This replaces Python's object hash only when called as
+        ``t.hash()``: ``hash(t)`` still uses ``__hash__``.)
+
+        >>> Tensor([1, 2, 3], dtype=dtypes.uint8).hash().shape
+        (16,)
+        """
+        data = self.flatten().bitcast(dtypes.uint8) if self.dtype != dtypes.uint8 else self.flatten()
+        if not isinstance(data.shape[0], int): raise RuntimeError("hash needs a concrete shape")
+        chunks = ceildiv(data.shape[0], _HASH_CHUNK)
+        while chunks > 1:
+            data = _hash_chunks(data.pad_to(chunks * _HASH_CHUNK).reshape(chunks, _HASH_CHUNK)).flatten()
+            chunks = ceildiv(chunks * 16, _HASH_CHUNK)
+        return _hash_chunks(data.pad_to(_HASH_CHUNK).unsqueeze(0)).flatten()[:16]
+
 def _symbolic_scalar(value: UOp, dtype: DType | None, device: str | None) -> UOp:
     """``Tensor(v)``, ``Tensor(v * 4)``: a 0-d tensor holding the value of bound Variables, weak int
     unless ``dtype`` is given. Every Variable in it must be bound: the value is read when it runs."""
@@ -3020,9 +3335,94 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> list[UOp]:
     for _, u in changed:
         in_graphs.update(u._ancestors)
         in_graphs.add(u)
-    grad_leaves, value_leaves = set(), set()
+    grad_leaves, value_tensors = set(), {}
     for t, u in zip(tensors, old_uops):
         if u not in in_graphs: continue
         if t.requires_grad is True: grad_leaves.add(u)
-        if dtypes.is_float(t.dtype): value_leaves.add(u)
-    return record_origins(becomes, [u for _, u in changed], grad_leaves, value_leaves, [t.uop for t, _ in changed])
+        if dtypes.is_float(t.dtype): value_tensors.setdefault(u, []).append(t)
+    recorded = record_origins(becomes, [u for _, u in changed], grad_leaves, set(value_tensors), [t.uop for t, _ in changed])
+    if recorded:
+        # origins kept only for gradient() hold their inputs only while a tensor they differentiate to lives
+        # (gradient.anchor_value_origins): a loop `x = (x + 1).realize()` doesn't keep every step's buffer
+        recorded_ids = {id(origin) for origin in recorded}
+        buffers = list(dict.fromkeys(new.base for new in becomes.values() if id(origin_of(new.base)) in recorded_ids))
+        anchor_value_origins(buffers, grad_leaves, value_tensors, lambda: {t.uop for t in tensors})
+        recorded = [origin for b in buffers if (origin := origin_of(b)) is not None]
+    return recorded
+
+# ---------------------------------------------------------------- Keccak (Tensor.keccak / Tensor.hash, round 3 of issue 36)
+# https://keccak.team/keccak_specs_summary.html. The state is a (rows, 25) uint64 tensor; lane x + 5y is A[x, y].
+
+# name -> (rate in bytes, domain separation byte)
+_KECCAK_CONFIGS = {"sha3_224": (144, 0x06), "sha3_256": (136, 0x06), "shake_128": (168, 0x1F)}
+_HASH_CHUNK = 2 ** 20   # Tensor.hash's chunk: 256 rows of 4096 bytes
+
+def _keccak_round_constants() -> list[int]:
+    """ι's 24 constants from the spec's LFSR rc(t) (x^8 + x^6 + x^5 + x^4 + 1): bit 2^j - 1 of round i is rc(j + 7i)."""
+    def rc(t: int) -> int:
+        r = 1
+        for _ in range(t % 255):
+            r <<= 1
+            if r & 0x100: r ^= 0x171
+        return r & 1
+    return [sum(rc(j + 7 * i) << (2 ** j - 1) for j in range(7)) for i in range(24)]
+
+def _keccak_rotations() -> list[int]:
+    """ρ's rotation of each lane (index x + 5y): walking (x, y) -> (y, 2x + 3y) from (1, 0), step t rotates by (t+1)(t+2)/2."""
+    rotations, x, y = [0] * 25, 1, 0
+    for t in range(24):
+        rotations[x + 5 * y] = (t + 1) * (t + 2) // 2 % 64
+        x, y = y, (2 * x + 3 * y) % 5
+    return rotations
+
+def _keccak_pi_sources() -> list[int]:
+    """π moves lane (x, y) to (y, 2x + 3y): the source lane of each destination lane."""
+    sources = [0] * 25
+    for x in range(5):
+        for y in range(5): sources[y + 5 * ((2 * x + 3 * y) % 5)] = x + 5 * y
+    return sources
+
+_KECCAK_RC, _KECCAK_ROT, _KECCAK_PI = _keccak_round_constants(), _keccak_rotations(), _keccak_pi_sources()
+
+def _rotl64(lanes: Tensor, amounts: Tensor) -> Tensor:
+    """uint64 rotate left by per-lane ``amounts`` (0..63); an amount of 0 gives ``x | x`` (no shift by 64)."""
+    return (lanes << amounts) | (lanes >> ((64 - amounts) % 64))
+
+def _keccak_f1600(state: Tensor) -> Tensor:
+    """The 24-round Keccak-f[1600] permutation of each (25,) uint64 row. Each round is stored (contiguous): fused
+    across rounds, every lane would be recomputed from its several reads, growing 5x per round."""
+    rows, device = state.shape[0], state.device
+    rotations = Tensor(_KECCAK_ROT, dtype=dtypes.uint64, device=device)
+    for constant in _KECCAK_RC:
+        a = state.reshape(rows, 5, 5)                       # [row, y, x]
+        # θ: each lane ^= parity(column x-1) ^ rotl(parity(column x+1), 1)
+        parity = a[:, 0] ^ a[:, 1] ^ a[:, 2] ^ a[:, 3] ^ a[:, 4]
+        a = a ^ (parity.roll(1, 1) ^ _rotl64(parity.roll(-1, 1), parity.const_like(1))).unsqueeze(1)
+        # ρ and π: rotate each lane, then move it
+        rotated = _rotl64(a.reshape(rows, 25), rotations)
+        b = Tensor.cat(*[rotated[:, s:s + 1] for s in _KECCAK_PI], dim=1).reshape(rows, 5, 5)
+        # χ: lane ^= ~next lane & the one after (along x); ι: lane (0, 0) ^= the round constant
+        a = b ^ (~b.roll(-1, 2) & b.roll(-2, 2))
+        iota = Tensor([constant] + [0] * 24, dtype=dtypes.uint64, device=device)
+        state = (a.reshape(rows, 25) ^ iota).contiguous()
+    return state
+
+def _keccak_sponge(rows: Tensor, rate: int, domain: int) -> Tensor:
+    """Absorb each uint8 row (multi-rate padding: ``domain`` after the message, 0x80 in the block's last byte)
+    and return the (rows, 200) uint8 state; the digest is its first bytes (every digest here is shorter than rate)."""
+    count, length = rows.shape
+    blocks = length // rate + 1
+    pad = [0] * (blocks * rate)
+    pad[length] ^= domain
+    pad[-1] ^= 0x80
+    padded = rows.pad_to(count, blocks * rate) ^ Tensor(pad, dtype=dtypes.uint8, device=rows.device)
+    # each block as 25 uint64 lanes: its rate bytes, then zeros for the capacity
+    lanes = padded.reshape(count, blocks, rate).pad_to(count, blocks, 200).bitcast(dtypes.uint64)
+    state = Tensor.zeros(count, 25, dtype=dtypes.uint64, device=rows.device)
+    for block in range(blocks): state = _keccak_f1600(state ^ lanes[:, block])
+    return state.bitcast(dtypes.uint8)
+
+def _hash_chunks(chunks: Tensor) -> Tensor:
+    """Tensor.hash's step: each (2**20,) uint8 chunk -> 16 bytes (SHAKE-128 of its 256 SHAKE-128 row digests)."""
+    count = chunks.shape[0]
+    return chunks.reshape(-1, 4096).keccak("shake_128").reshape(count, -1).keccak("shake_128")

@@ -81,3 +81,76 @@ def test_damaged_beam_entry_is_searched_again(tmp_path):
     """)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.splitlines() == ["True", "[None, None, None, None, None]"]
+
+# ---------------------------------------------------------------- damaged entries and unusable locations (issue 35)
+
+def _warm_cache(cache: pathlib.Path) -> None:
+    first = run_with_cache(cache, COMPUTE)
+    assert first.returncode == 0 and first.stdout.strip() == EXPECTED, first.stderr[-2000:]
+
+def _swap_first_two_rows(db: pathlib.Path, table_prefix: str) -> None:
+    """Swap the values of two rows of a table, checksums included (each row still matches a value-only checksum)."""
+    with sqlite3.connect(db) as conn:
+        table = next(name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'") if name.startswith(table_prefix))
+        (k1, v1, c1), (k2, v2, c2) = conn.execute(f"SELECT key, val, checksum FROM {table} ORDER BY key").fetchall()[:2]
+        conn.execute(f"UPDATE {table} SET val=?, checksum=? WHERE key=?", (v2, c2, k1))
+        conn.execute(f"UPDATE {table} SET val=?, checksum=? WHERE key=?", (v1, c1, k2))
+
+@pytest.mark.parametrize("table", ["program_", "compile_"])
+def test_swapped_rows_are_recompiled_and_rewritten(tmp_path, table):
+    # a swapped program row ran one kernel's source on another's buffers (wrong numbers or SIGSEGV); a swapped
+    # compile row loaded a library without the kernel's symbol
+    _warm_cache(tmp_path)
+    _swap_first_two_rows(tmp_path / "cache.db", table)
+    again = run_with_cache(tmp_path, COMPUTE)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.strip() == EXPECTED
+    assert "damaged" in again.stderr
+    third = run_with_cache(tmp_path, COMPUTE)   # the recompute rewrote both entries
+    assert third.returncode == 0 and third.stdout.strip() == EXPECTED and "damaged" not in third.stderr, third.stderr[-2000:]
+
+def test_truncated_library_file_is_rewritten(tmp_path):
+    _warm_cache(tmp_path)
+    libraries = sorted((tmp_path / "libs").glob("*.so"))
+    assert libraries
+    for library in libraries: os.truncate(library, library.stat().st_size // 3)
+    again = run_with_cache(tmp_path, COMPUTE)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.strip() == EXPECTED and "doesn't match its hash" in again.stderr
+    import hashlib
+    for library in libraries: assert hashlib.sha256(library.read_bytes()).hexdigest() == library.stem
+
+def test_cache_folder_that_is_a_file_runs_without_the_cache(tmp_path):
+    folder = tmp_path / "cache"
+    folder.write_text("not a folder")
+    result = run_with_cache(folder, COMPUTE)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == EXPECTED
+    assert "can't be used" in result.stderr and "Traceback" not in result.stderr
+
+@pytest.mark.parametrize("location", ["under_a_file", "proc"])
+def test_cache_location_that_cant_be_created_runs_without_the_cache(tmp_path, location):
+    # XDG_CACHE_HOME names where ~/.cache would be; no FUSEGRAD_CACHE or CACHEDB. /proc refuses new folders even to root.
+    if location == "under_a_file":
+        (tmp_path / "file").write_text("x")
+        xdg = str(tmp_path / "file" / "cache")
+    else: xdg = "/proc/fusegrad-test-cache"
+    env = {k: v for k, v in os.environ.items() if k not in ("FUSEGRAD_CACHE", "CACHEDB")}
+    env.update(XDG_CACHE_HOME=xdg, DEV="CPU")
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(COMPUTE)], capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == EXPECTED
+    assert result.stderr.count("RuntimeWarning") == 1, result.stderr   # one warning, not one per kernel
+
+def test_database_that_fails_when_opened_in_wal_mode_is_turned_off(tmp_path):
+    # a file with a valid sqlite header and garbage after it: the first statement (the WAL pragma) fails
+    _warm_cache(tmp_path)
+    with sqlite3.connect(tmp_path / "cache.db") as conn: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    for extra in ("cache.db-wal", "cache.db-shm"): (tmp_path / extra).unlink(missing_ok=True)
+    db = tmp_path / "cache.db"
+    data = bytearray(db.read_bytes())
+    data[100:] = bytes((i * 7 + 3) % 251 for i in range(len(data) - 100))
+    db.write_bytes(bytes(data))
+    again = run_with_cache(tmp_path, COMPUTE)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.strip() == EXPECTED

@@ -136,7 +136,7 @@ def test_environment_variables_change_default_dtypes():
     env = {**os.environ, "DEFAULT_FLOAT": "float16", "DEFAULT_INT": "int8"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["dtypes.float16", "dtypes.int8", "dtypes.int8", "dtypes.float16"]
+    assert out.stdout.split() == ["dtypes.half", "dtypes.char", "dtypes.char", "dtypes.half"]
 
 @pytest.mark.parametrize("device", ["CPU", "PYTHON"])
 def test_bool_arithmetic_is_logic(device):

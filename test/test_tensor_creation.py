@@ -59,11 +59,13 @@ def test_from_numpy(device, dtype, rng):
     assert_tensor(Tensor(x, device=device, dtype=dtypes.float32), x.astype(np.float32), dtypes.float32)
 
 def test_from_zero_dim_numpy_is_a_constant_with_or_without_dtype(device):
-    # tinygrad 0.14 makes a 0-d array a constant (as a Python number), an explicit dtype included
-    for dtype, want in ((None, np.array(2.5, np.float64)), (dtypes.float32, np.array(2.5, np.float32)),
-                        (dtypes.int32, np.array(2, np.int32))):
-        t = Tensor(np.array(2.5), device=device, dtype=dtype)
-        assert t.uop.op is Ops.CONST, dtype
+    # tinygrad 0.14 makes a 0-d array a constant (as a Python number), an explicit dtype included; a float one that
+    # gradient() may target (requires_grad None) is a buffer of its own, as an interned constant it would be the same
+    # node as every equal literal in a graph (test_gradient_round3.py)
+    for dtype, want, requires_grad in ((None, np.array(2.5, np.float64), False), (dtypes.float32, np.array(2.5, np.float32), False),
+                                       (dtypes.int32, np.array(2, np.int32), None), (None, np.array(2.5, np.float64), None)):
+        t = Tensor(np.array(2.5), device=device, dtype=dtype, requires_grad=requires_grad)
+        assert (t.uop.op is Ops.CONST) == (requires_grad is False or dtype == dtypes.int32), dtype
         assert_tensor(t, want, from_np(want.dtype))
 
 def test_scalar_leaves_with_requires_grad_are_separate_nodes(device):

@@ -35,24 +35,26 @@ def estimate_cost(ast: UOp) -> tuple:
     """(flops, bytes): ALU ops on values (not index math) times their loop trip counts, and the
     bytes of every buffer the kernel touches."""
     context: dict[UOp, frozenset] = {}
+    reads_index: dict[UOp, bool] = {}   # does the node's graph below it hold an index value? (one pass, not a walk per node)
     flops = 0
     for x in ast.toposort:
+        reads_index[x] = any(s.dtype == dtypes.index or reads_index[s] for s in x.src)
         ctx = frozenset().union(*(context[s] for s in x.src)) if x.src else frozenset()
         if x.op is Ops.RANGE: ctx = ctx | {x}
         if x.op is Ops.REDUCE: ctx = ctx - set(x.src[1:])
         context[x] = ctx
         counts_as = 2 if x.op is Ops.MULACC else 1
-        if (x.op in GroupOp.ALU and x.dtype != dtypes.index and not _is_index_math(x)) or x.op is Ops.REDUCE:
+        if (x.op in GroupOp.ALU and x.dtype != dtypes.index and not _is_index_math(x, reads_index[x])) or x.op is Ops.REDUCE:
             trips = prod(range_size(r) for r in (context[x.src[0]] if x.op is Ops.REDUCE else ctx))
             flops = flops + counts_as * trips
     params = {x for x in ast.toposort if x.op is Ops.PARAM}
     mem = sum(p.dtype.size * p.dtype.base.itemsize for p in params)
     return flops, mem
 
-def _is_index_math(x: UOp) -> bool:
-    """Comparisons and boolean logic on index values (validity gates) are not counted as flops."""
-    return x.op in GroupOp.Comparison | {Ops.AND, Ops.OR} and all(s.dtype in (dtypes.index, dtypes.bool) for s in x.src) \
-        and any(s.dtype == dtypes.index for s in x.toposort if s is not x)
+def _is_index_math(x: UOp, reads_index: bool) -> bool:
+    """Comparisons and boolean logic on index values (validity gates) are not counted as flops. ``reads_index``: does
+    some node below ``x`` have the index dtype?"""
+    return x.op in GroupOp.Comparison | {Ops.AND, Ops.OR} and all(s.dtype in (dtypes.index, dtypes.bool) for s in x.src) and reads_index
 
 def simplify_kernel(ast: UOp) -> UOp:
     """The kernel AST that optimization actions apply to (BEAM's search space, and the heuristic's input):

@@ -4,7 +4,7 @@ keep ``GlobalCounters`` and the DEBUG output.
 ``capturing`` holds hooks (the JIT) that see every ExecItem as it runs.
 """
 from __future__ import annotations
-import atexit, collections, concurrent.futures, dataclasses, os, sys, time
+import atexit, collections, concurrent.futures, dataclasses, os, sys, threading, time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from fusegrad.device import Device, Buffer, MallocAllocator
@@ -15,6 +15,13 @@ from fusegrad.renderer import ProgramSpec
 from fusegrad import codegen   # (called as codegen.get_program: tests substitute it there)
 from fusegrad.engine import program_cache
 _genuine_get_program = codegen.get_program
+
+# Realizing is one critical section per process: scheduling rebinds *every* live tensor to the buffers its graph
+# became, and those buffers are allocated before their kernels run, so a second thread that looked in between saw a
+# "realized" tensor whose buffer was not written yet (`.item()` from two threads read 0.0). Tensor.realize/schedule
+# and the reads of Tensor.numpy hold this lock; it is re-entrant because a realize can realize again (the JIT, a
+# numpy() of a non-contiguous view). Building lazy graphs needs no lock. See docs/decisions.md (Engine: threads).
+realize_lock = threading.RLock()
 
 class Runner:
     """Something that runs on a device with buffers: a compiled kernel or a copy."""

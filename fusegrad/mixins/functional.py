@@ -32,6 +32,12 @@ def _check_index_dtype(Y: "Tensor", what: str) -> None:
     if not (dtypes.is_int(Y.dtype) or dtypes.is_float(Y.dtype)) or Y.dtype == dtypes.bool:
         raise TypeError(f"{what} needs integer class indices, got a {Y.dtype} tensor")
 
+def _check_targets(Y: "Tensor", num_classes: int, classes_dim: int, ignore_index: int | None = None) -> None:
+    """Class-index targets outside [0, num_classes) (other than ``ignore_index``) select no class and silently
+    add nothing to a loss: PyTorch's IndexError, where the values are known on the host (indexing.py)."""
+    from fusegrad.indexing import check_index_bounds
+    check_index_bounds(Y, num_classes, classes_dim, negative=False, what="target", allowed=ignore_index)
+
 class FunctionalMixin:
     """Mixed into Tensor. Methods here build on the core Tensor ops only."""
     __slots__ = ()
@@ -137,6 +143,9 @@ class FunctionalMixin:
             low, high = Tensor.stack(self.min().cast(dtypes.int64), self.max().cast(dtypes.int64)).tolist()
             if low < 0: raise RuntimeError(f"one_hot class values must be non-negative, got {low}")
             num_classes = int(high) + 1
+        else:   # a value outside [0, num_classes) would give a row of zeros: PyTorch's RuntimeError where it is known
+            from fusegrad.indexing import check_index_bounds
+            check_index_bounds(self, num_classes, -1, negative=False, error=RuntimeError, what="one_hot class value")
         return self[..., None]._one_hot_along_dim(num_classes).cast(dtypes.default_int)
 
     # ---------------------------------------------------------------- attention
@@ -223,6 +232,9 @@ class FunctionalMixin:
         if not _dtypes().is_int(Y.dtype): raise RuntimeError(f"sparse_categorical_crossentropy needs integer class indices, got a {Y.dtype} tensor")
         if self.ndim == 0 or tuple(Y.shape) != tuple(self.shape[:-1]):
             raise IndexError(f"sparse_categorical_crossentropy needs Y of shape {self.shape[:-1]} for logits {self.shape}, got {Y.shape}")
+        # a target outside [0, C) adds only the smoothing term: PyTorch's IndexError where the values are known
+        # (-1 under the default ignore_index=-1 is tinygrad's documented case above, not an error)
+        _check_targets(Y, self.shape[-1], self.ndim - 1, ignore_index)
         log_probs = self.log_softmax()
         loss_mask = Y != ignore_index if ignore_index != -1 else Y.ones_like(dtype=_dtypes().bool)
         y = Y.reshape(-1, 1)._one_hot_along_dim(num_classes=self.shape[-1]).mul(loss_mask.reshape(-1, 1)).reshape(*Y.shape, self.shape[-1])
@@ -248,6 +260,7 @@ class FunctionalMixin:
             if tuple(Y.shape) != expected:
                 raise RuntimeError(f"cross_entropy shape mismatch: input {self.shape} needs Y of shape {expected} (indices) or {self.shape} (probabilities), got {Y.shape}")
             _check_index_dtype(Y, "cross_entropy")
+            _check_targets(Y, num_classes, classes_dim)   # (no ignore_index here: torch's -100 is out of range too)
             Y = Y.unsqueeze(classes_dim)._one_hot_along_dim(num_classes=num_classes, dim=classes_dim).cast(self.dtype)
         elif not _dtypes().is_float(Y.dtype):
             raise TypeError(f"cross_entropy with Y shaped like the input needs class probabilities (floats), got {Y.dtype}")
@@ -273,6 +286,7 @@ class FunctionalMixin:
         if tuple(Y.shape) != expected: raise ValueError(f"nll_loss needs Y of shape {expected} for input {self.shape}, got {Y.shape}")
         if weight is not None and tuple(weight.shape) != (num_classes,):
             raise ValueError(f"nll_loss weight must have shape ({num_classes},), got {weight.shape}")
+        _check_targets(Y, num_classes, classes_dim, ignore_index)
         one_hot = Y.unsqueeze(classes_dim)._one_hot_along_dim(num_classes=num_classes, dim=classes_dim)
         picked = one_hot.where(self, 0).sum(classes_dim)
         if weight is None: w = Y._const_like(1.0, self.dtype)

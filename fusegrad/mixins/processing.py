@@ -12,9 +12,21 @@ from dataclasses import dataclass
 from fusegrad.helpers import prod, flatten, argsort, argfix, ceildiv, round_up
 from fusegrad.dtype import dtypes
 from fusegrad.uop.ops import UOp, Ops
+from fusegrad.indexing import check_index_bounds
 if TYPE_CHECKING: from fusegrad.tensor import Tensor
 
 # ---------------------------------------------------------------- module helpers
+
+@dataclass(frozen=True)
+class _UnpoolGradient:
+    """The gradient rule of max_unpool's ``CUSTOM(value, x, indices)`` (the last ``spatial`` dims are unpooled): each
+    input gets the gradient of the output position its index names (PyTorch's gather), the indices none."""
+    spatial: int
+    def __call__(self, ret: UOp, grad: UOp) -> tuple:
+        x, indices = ret.src[1], _T()(ret.src[2])
+        lead = x.shape[:len(x.shape) - self.spatial]
+        picked = _T()(grad).reshape(*lead, -1).gather(-1, indices.reshape(*lead, -1))
+        return picked.reshape(x.shape).uop, None
 
 @dataclass(frozen=True)
 class _ConvInputGradient:
@@ -379,12 +391,17 @@ class ProcessingMixin:
         else: output_size = tuple(output_size)[-len(k_):]
         n = prod(output_size)
         mask = _one_hot(indices.reshape(*lead, -1), n).transpose(-1, -2)   # (*lead, n, n_in)
-        total = mask.where(self.reshape(*lead, 1, -1), 0).sum(-1, dtype=self.dtype)
-        # overlapping windows can name the same input twice (with the same value): write it once, like
-        # torch, while each pooled value still gets the full gradient of its output position
-        count = mask.sum(-1, dtype=_dt().int32).maximum(1).cast(self.dtype)
-        ret = total - (total - total / count).detach() if _dt().is_float(self.dtype) else total.idiv(count)
-        return ret.reshape(*lead, *output_size)
+        if not _dt().is_float(self.dtype):
+            total = mask.where(self.reshape(*lead, 1, -1), 0).sum(-1, dtype=self.dtype)
+            return total.idiv(mask.sum(-1, dtype=_dt().int32).maximum(1).cast(self.dtype)).reshape(*lead, *output_size)
+        # overlapping windows can name the same input twice (with the same value): write it once, like torch, as the
+        # max of the values named there (exact, infinities included; a sum divided by the count was inf - inf = NaN
+        # in its gradient trick), while each pooled value gets the full gradient of its output position (torch's
+        # gather, an explicit rule: the max would share it among the copies)
+        named = mask.where(self.detach().reshape(*lead, 1, -1), -math.inf).max(-1)
+        value = mask.any(-1).where(named, 0).reshape(*lead, *output_size)
+        if self.requires_grad is False: return value
+        return _T()(UOp(Ops.CUSTOM, value.dtype, (value.uop, self.uop, indices.uop), _UnpoolGradient(len(k_))), requires_grad=self.requires_grad)
 
     # ================================================================ cumulative ops
     def _cumalu(self: "Tensor", axis: int, op: str, _include_initial: bool = False) -> "Tensor":
@@ -553,6 +570,8 @@ class ProcessingMixin:
         if self.ndim == 0: return self.reshape(1).gather(0, index.reshape(1)).reshape(())
         for d, (s, i) in enumerate(zip(self.shape, index.shape)):
             if d != dim and i > s: raise RuntimeError(f"gather index shape {index.shape} is larger than the input {self.shape} in dim {d}")
+        # an index outside [0, size) would read 0: PyTorch's RuntimeError where the values are known (indexing.py)
+        check_index_bounds(index, self.shape[dim], dim, negative=False, error=RuntimeError)
         index = index.to(self.device)
         x = self.shrink(tuple((0, i) if d != dim else None for d, i in enumerate(index.shape))).unsqueeze(-1).transpose(-1, dim)
         mask = _one_hot(index, self.shape[dim])
@@ -568,6 +587,8 @@ class ProcessingMixin:
             if (d != dim and i > s) or i > r:
                 raise ValueError(f"scatter index shape {index.shape} must be <= src {src.shape} in every dim and <= self {self.shape} except dim {dim}")
         if self.dtype != src.dtype: raise RuntimeError(f"scatter needs src of the same dtype as self: {src.dtype} vs {self.dtype}")
+        # an index outside [0, size) would write nothing: PyTorch's RuntimeError where the values are known (indexing.py)
+        check_index_bounds(index, self.shape[dim], dim, negative=False, error=RuntimeError)
         index = index.to(self.device)
         src = src.shrink(tuple((0, s) for s in index.shape))
         # (.., self.shape[dim] at dim, .., index.shape[dim] last): candidate sources for every target

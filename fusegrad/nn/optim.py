@@ -41,10 +41,18 @@ def _check_hyperparameters(**values: float) -> None:
         if name.startswith("b") and not 0.0 <= value < 1.0: raise ValueError(f"invalid {name}={value}: a beta must be in [0, 1)")
         if value < 0: raise ValueError(f"invalid {name}={value}: it must be non-negative")
 
+def _new_state(initial: Tensor) -> Tensor:
+    """An optimizer state tensor in a buffer of its own. Lazy on one device (constructing an optimizer runs no
+    kernel, as in tinygrad); realized now when sharded over several devices, where the scheduler can't yet order a
+    first step's assigns to a state buffer that is still being created (it reports a cycle)."""
+    state = initial.contiguous()
+    return state.realize() if isinstance(state.device, tuple) else state
+
 class Optimizer:
-    """Base class. ``params`` are deduplicated; a param whose ``requires_grad`` is None is switched
-    to True, and those with ``requires_grad=False`` are kept as ``buffers`` (realized with each
-    step but not updated). ``lr`` is a float32 (at least) Tensor so it can be changed mid-training
+    """Base class. ``params`` are deduplicated; as in tinygrad 0.14, those with ``is_param`` (in fusegrad:
+    ``requires_grad`` not False) are updated and the others (``is_param_(False)``, ``requires_grad=False``) are kept
+    as ``buffers`` (realized with each step but not updated); a param whose ``requires_grad`` is None is switched
+    to True. Nothing runs until ``step()``: construction and ``schedule_step()`` only build lazy tensors. ``lr`` is a float32 (at least) Tensor so it can be changed mid-training
     with ``opt.lr.assign(...)`` or by replacing it. ``fused`` (tinygrad's FUSE_OPTIM) is accepted for
     compatibility; the per-param updates already realize together in one schedule. ``device`` (default:
     the first param's) is where the learning rate and the optimizer state (momentum, moments) live.
@@ -53,21 +61,22 @@ class Optimizer:
         params = list(params)
         for x in params:
             if x.requires_grad is None: x.requires_grad = True
-        self.params: list[Tensor] = dedup([x for x in params if x.requires_grad])
-        if not self.params: raise ValueError("optimizer must have at least one param (with requires_grad not False)")
+        self.params: list[Tensor] = dedup([x for x in params if x.is_param])
+        if not self.params: raise ValueError("optimizer must have at least one param (is_param, requires_grad not False)")
         self.device = device if device is not None else self.params[0].device
-        self.buffers: list[Tensor] = dedup([x for x in params if not x.requires_grad])
+        self.buffers: list[Tensor] = dedup([x for x in params if not x.is_param])
         # the learning rate is stored in at least float32 so a large lr doesn't overflow a half default_float
         lr_dtype = least_upper_dtype(dtypes.default_float, dtypes.float32)
         self.lr = Tensor(lr if getenv("CONST_LR") else [lr], requires_grad=False, device=self.device, dtype=lr_dtype)
         self.fused = fused
 
     def _new_optim_param(self) -> list[Tensor]:
-        """A zero float32 (``OPTIM_DTYPE``) state tensor per param, in its own buffer."""
+        """A zero float32 (``OPTIM_DTYPE``) state tensor per param, in its own buffer once the first step runs
+        (lazy, like tinygrad's: constructing an optimizer runs no kernel)."""
         dtype = to_dtype(getenv("OPTIM_DTYPE", "float32"))
         # a multi-device optimizer keeps each state tensor where its param is (sharded like it)
         def device_of(t: Tensor) -> str | tuple: return t.device if isinstance(self.device, tuple) else self.device
-        return [Tensor.zeros(*t.shape, dtype=dtype, device=device_of(t), requires_grad=False).contiguous().realize() for t in self.params]
+        return [_new_state(Tensor.zeros(*t.shape, dtype=dtype, device=device_of(t), requires_grad=False)) for t in self.params]
 
     def _on_state_device(self, x: Tensor) -> Tensor:
         """``x`` copied to a single-device optimizer's ``device`` (where its lr and state live); the new
@@ -226,14 +235,14 @@ class LAMB(Optimizer):
     >>> from fusegrad import Tensor
     >>> opt = LAMB([Tensor([1.0, 2.0], requires_grad=True)])
     >>> opt.m[0].dtype
-    dtypes.float32
+    dtypes.float
     """
     def __init__(self, params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
                  weight_decay: float = 0.0, adam: bool = False, device: str | tuple | None = None, fused: bool = False):
         _check_hyperparameters(lr=lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
         super().__init__(params, lr, device, fused)
         self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
-        self.b1_t, self.b2_t = (Tensor.ones((1,), dtype=dtypes.float32, device=self.device, requires_grad=False).contiguous().realize()
+        self.b1_t, self.b2_t = (_new_state(Tensor.ones((1,), dtype=dtypes.float32, device=self.device, requires_grad=False))
                                 for _ in (b1, b2))
         self.m = self._new_optim_param()
         self.v = self._new_optim_param()

@@ -72,10 +72,13 @@ class _Source:
     """Bounds-checked access to the bytes of a 1-d uint8 tensor: ``read`` returns bytes, ``tensor`` a tensor
     over a byte range (a zero-copy DISK view for DISK tensors, a fresh tensor on the same device otherwise).
     DISK bytes are read with ``pread`` when asked for, so a file truncated since it was opened gives an error
-    (``DiskFileError``), never a crash. ``budget`` counts the memory the load allocates (see _MemoryBudget)."""
-    def __init__(self, t: Tensor, what: str = "file", max_bytes: int | None = None, budget: _MemoryBudget | None = None):
-        self.t, self.what = _check_byte_tensor(t), what
+    (``DiskFileError``), never a crash. ``budget`` counts the memory the load allocates (see _MemoryBudget).
+    ``error`` is the exception type of a byte range outside the source (the format's own: CorruptTarError, ...)."""
+    def __init__(self, t: Tensor, what: str = "file", max_bytes: int | None = None, budget: _MemoryBudget | None = None,
+                 error: type[ValueError] = ValueError):
+        self.t, self.what, self.error = _check_byte_tensor(t), what, error
         self.nbytes = t.shape[0]
+        self._host_buffer = None
         self.budget = budget if budget is not None else _MemoryBudget(max_bytes, self.nbytes, what)
         self.device = Device.DEFAULT if is_disk(t.device) else t.device   # where copies go
         if is_disk(t.device):
@@ -85,15 +88,18 @@ class _Source:
             self.budget.take(self.nbytes, f"a host copy of the {what}")
             self._buf, self._np = None, t.numpy()
     @classmethod
-    def of_array(cls, data: Any, what: str, budget: _MemoryBudget, device: str) -> "_Source":
-        """A source over bytes already in memory (a numpy uint8 array, counted against ``budget`` by its maker)."""
+    def of_array(cls, data: Any, what: str, budget: _MemoryBudget, device: str, error: type[ValueError] = ValueError,
+                 host_buffer: Any = None) -> "_Source":
+        """A source over bytes already in memory (a numpy uint8 array, counted against ``budget`` by its maker). With
+        ``host_buffer`` (the host-memory ``Buffer`` that ``data`` is a view of), ``tensor`` gives views of that buffer
+        instead of copies."""
         src = cls.__new__(cls)
-        src.t, src.what, src.nbytes, src.budget, src.device = None, what, len(data), budget, device
-        src._buf, src._np = None, data
+        src.t, src.what, src.nbytes, src.budget, src.device, src.error = None, what, len(data), budget, device, error
+        src._buf, src._np, src._host_buffer = None, data, host_buffer
         return src
     def check(self, offset: int, nbytes: int, name: str = "data") -> None:
         if not (isinstance(offset, int) and isinstance(nbytes, int)) or offset < 0 or nbytes < 0 or offset + nbytes > self.nbytes:
-            raise ValueError(f"corrupt or truncated {self.what}: {name} needs bytes [{offset}, {offset + nbytes}) "
+            raise self.error(f"corrupt or truncated {self.what}: {name} needs bytes [{offset}, {offset + nbytes}) "
                              f"but the {self.what} has {self.nbytes} bytes")
     def read(self, offset: int, nbytes: int, name: str = "data") -> bytes:
         self.check(offset, nbytes, name)
@@ -101,6 +107,12 @@ class _Source:
         out = bytearray(nbytes)
         if nbytes: disk_read_into(self._buf, offset, memoryview(out))
         return bytes(out)
+    def read_into(self, offset: int, out: Any, name: str = "data") -> None:
+        """Read exactly ``len(out)`` bytes at ``offset`` into ``out`` (a numpy uint8 array), bounds-checked."""
+        self.check(offset, len(out), name)
+        if not len(out): return
+        if self._np is not None: out[:] = self._np[offset:offset + len(out)]
+        else: disk_read_into(self._buf, offset, memoryview(out))
     def readinto(self, offset: int, out: memoryview) -> int:
         n = max(0, min(len(out), self.nbytes - offset))
         if n == 0: return 0
@@ -111,17 +123,47 @@ class _Source:
         self.check(offset, nbytes, name)
         shape = tuple(shape)
         if prod(shape) * dtype.itemsize != nbytes:
-            raise ValueError(f"corrupt {self.what}: {name} has {nbytes} bytes, but shape {shape} of {dtype} needs {prod(shape) * dtype.itemsize}")
+            raise self.error(f"corrupt {self.what}: {name} has {nbytes} bytes, but shape {shape} of {dtype} needs {prod(shape) * dtype.itemsize}")
         if self._np is None: return disk_view(self.t, offset, nbytes, dtype, shape)
+        if self._host_buffer is not None and nbytes: return _buffer_view_tensor(self._host_buffer, offset, dtype, shape)
         self.budget.take(nbytes, name)
-        return _tensor_from_bytes(self._np[offset:offset + nbytes].tobytes(), dtype, shape, self.device)
+        return _tensor_from_bytes(self._np[offset:offset + nbytes], dtype, shape, self.device)   # (a view: copied once, into the buffer)
 
-def _tensor_from_bytes(raw: bytes, dtype: DType, shape: tuple, device: str) -> Tensor:
-    """A realized tensor holding exactly ``raw`` (any dtype, bfloat16 and fp8 included: no kernel runs)."""
+def _tensor_from_bytes(raw: Any, dtype: DType, shape: tuple, device: str) -> Tensor:
+    """A realized tensor holding exactly ``raw`` (bytes or a numpy array's memory; any dtype, bfloat16 and fp8
+    included: no kernel runs)."""
+    return _new_tensor_filled(dtype, shape, device, lambda out: out.__setitem__(slice(None), memoryview(raw).cast("B")))
+
+def _new_tensor_filled(dtype: DType, shape: tuple, device: str, fill: Callable[[Any], None]) -> Tensor:
+    """A new realized tensor whose bytes ``fill`` writes into the numpy uint8 array it is given: the buffer's own
+    memory on a device whose memory is the host's (CPU, LLVM, PYTHON), so the bytes are written once, where they
+    stay; elsewhere a host array, copied in (the caller counts both)."""
+    import numpy as np
     from fusegrad.uop.ops import UOp
     if prod(shape) == 0: return Tensor(UOp.const(dtype, 0, device, tuple(shape)), requires_grad=False)
     u = new_buffer_uop(device, prod(shape), dtype)
-    buffer_of(u).allocate().copyin(memoryview(raw))
+    buffer = buffer_of(u).allocate()
+    if (host := _host_bytes(buffer)) is not None: fill(host)
+    else:
+        staging = np.empty(buffer.nbytes, np.uint8)
+        fill(staging)
+        buffer.copyin(memoryview(staging))
+    return Tensor(u.reshape(tuple(shape)), requires_grad=False)
+
+def _host_bytes(buffer: Any) -> Any:
+    """A writable numpy uint8 array over an allocated ``Buffer``'s memory, or None where that memory isn't the host's."""
+    import numpy as np
+    from fusegrad.device import MallocAllocator
+    if not isinstance(buffer.allocator, MallocAllocator): return None
+    return np.frombuffer(buffer.allocator._as_buffer(buffer._buf), np.uint8)
+
+def _buffer_view_tensor(buffer: Any, offset: int, dtype: DType, shape: tuple) -> Tensor:
+    """A realized tensor over ``prod(shape)`` items of ``dtype`` at byte ``offset`` of the host ``buffer``: a sub-buffer
+    sharing its memory (no copy; the view keeps ``buffer`` alive), like a DISK view."""
+    from fusegrad.buffers import BUFFERS
+    numel = prod(shape)
+    u = new_buffer_uop(buffer.device, numel, dtype)
+    BUFFERS[u] = buffer.view(numel, dtype, offset).ensure_allocated()
     return Tensor(u.reshape(tuple(shape)), requires_grad=False)
 
 class TensorIO(io.RawIOBase):
@@ -336,19 +378,44 @@ class CorruptZipError(zipfile.BadZipFile, ValueError):
 class CorruptCheckpointError(pickle.UnpicklingError, ValueError):
     """A file that is not a readable torch checkpoint."""
 
+# what tarfile's header parsing lets escape besides TarError, on crafted headers: a PAX record length past
+# sys.maxsize (OverflowError from re.match), a GNU sparse map of non-numbers (ValueError from int()), an old GNU
+# sparse header cut short (IndexError), a bad base-256 or octal field in some paths (ValueError)
+_TAR_PARSE_ERRORS = (tarfile.TarError, ValueError, OverflowError, IndexError, struct.error, EOFError, RecursionError)
+
+class _CheckedTarFile(tarfile.TarFile):
+    """A TarFile whose members move forward through the archive. tarfile steps to the next header by the member's
+    size, and a crafted size (a negative base-256 number, a PAX ``size=-5000`` record) steps back to a header
+    already read: tarfile then lists the same members forever (a hang that fills memory)."""
+    def next(self) -> tarfile.TarInfo | None:
+        if self.firstmember is not None: return super().next()   # (read when the archive was opened, checked then)
+        before = self.offset
+        member = super().next()
+        if member is not None and (member.size < 0 or self.offset <= before):
+            raise CorruptTarError(f"corrupt tar file: member {member.name!r:.100} has size {member.size} (its header is at offset "
+                                  f"{before}, the next would be at {self.offset})")
+        return member
+
 def _tar_members(t: Tensor) -> list[tuple[str, int, int]]:
-    """(name, data offset, size) of every regular file in a tar archive held by ``t``."""
+    """(name, data offset, size) of every regular file in a tar archive held by ``t``; anything tarfile can't parse
+    is a CorruptTarError."""
     try:
-        with tarfile.open(fileobj=TensorIO(t), mode="r:") as tar:
-            return [(m.name, m.offset_data, m.size) for m in tar if m.isreg()]
-    except tarfile.TarError as e: raise CorruptTarError(f"corrupt tar file: {e}") from None
+        with _CheckedTarFile.open(fileobj=TensorIO(t), mode="r:") as tar:
+            members = [(m.name, m.offset_data, m.size) for m in tar if m.isreg()]
+    except CorruptTarError: raise
+    except _TAR_PARSE_ERRORS as e: raise CorruptTarError(f"corrupt tar file: {type(e).__name__}: {e}") from None
+    for name, offset, size in members:
+        if not (isinstance(offset, int) and isinstance(size, int)) or offset < 0 or size < 0:
+            raise CorruptTarError(f"corrupt tar file: member {name!r:.100} has size {size!r:.40} at offset {offset!r:.40}")
+    return members
 
 def tar_extract(fn: Tensor | str | os.PathLike, max_bytes: int | None = None) -> dict[str, Tensor]:
     """The regular files of an (uncompressed) tar archive: name → uint8 tensor over their bytes (views of a file;
     copies within ``max_bytes`` for a tensor on another device, see ``torch_load``). Sizes and offsets are
-    checked against the archive."""
+    checked against the archive; a malformed archive raises CorruptTarError (a ``tarfile.ReadError`` and a
+    ``ValueError``)."""
     t = _as_byte_tensor(fn)
-    src = _Source(t, "tar file", max_bytes)
+    src = _Source(t, "tar file", max_bytes, error=CorruptTarError)
     return {name: src.tensor(offset, size, dtypes.uint8, (size,), name) for name, offset, size in _tar_members(t)}
 
 def _zip_data_offset(src: _Source, zi: zipfile.ZipInfo) -> int:
@@ -359,45 +426,80 @@ def _zip_data_offset(src: _Source, zi: zipfile.ZipInfo) -> int:
     name_len, extra_len = struct.unpack("<HH", header[26:30])
     return zi.header_offset + 30 + name_len + extra_len
 
+# what zipfile and its decompressors raise on crafted input besides BadZipFile: bad header fields (ValueError,
+# struct.error, IndexError, OverflowError), a broken deflate stream (zlib.error), bzip2 (OSError), lzma (LZMAError)
+_ZIP_READ_ERRORS = (zipfile.BadZipFile, OSError, ValueError, EOFError, struct.error, IndexError, OverflowError, zlib.error,
+                    NotImplementedError, RuntimeError)
+
+def _zip_read_errors() -> tuple[type[BaseException], ...]:
+    try: import lzma
+    except ImportError: return _ZIP_READ_ERRORS
+    return _ZIP_READ_ERRORS + (lzma.LZMAError,)
+
 def _zip_members(src: _Source) -> tuple[zipfile.ZipFile, list[zipfile.ZipInfo]]:
     try: zf = zipfile.ZipFile(TensorIO(src.t), "r")
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e: raise CorruptZipError(f"corrupt zip file: {e}") from None
+    except _zip_read_errors() as e: raise CorruptZipError(f"corrupt zip file: {type(e).__name__}: {e}") from None
     return zf, zf.infolist()
+
+def _is_zip_dir(zi: zipfile.ZipInfo) -> bool: return zi.filename.endswith("/")   # (ZipInfo.is_dir fails on an empty name)
 
 _ZIP_CHUNK = 1 << 20
 
+def _take_inflated(src: _Source, zi: zipfile.ZipInfo) -> None:
+    """Count a compressed member's declared size against the load's memory budget, before anything is allocated
+    (twice where the device's memory isn't the host's: the host array it is inflated into, then the device copy)."""
+    copies = 1 if _host_device(src.device) else 2
+    src.budget.take(copies * zi.file_size, f"zip member {zi.filename!r} (declared {zi.file_size:,} bytes uncompressed)")
+
+def _host_device(device: str) -> bool:
+    from fusegrad.device import MallocAllocator
+    return isinstance(Device[device].allocator, MallocAllocator)
+
+def _inflate_into(zf: zipfile.ZipFile, zi: zipfile.ZipInfo, out: Any) -> None:
+    """Decompress member ``zi`` into ``out`` (a numpy uint8 array of its declared size) a chunk at a time, so memory
+    stays at that one array: ``zipfile.ZipFile.read`` would hold the whole member (and trust the header) before
+    anything could be checked. A stream that ends early, runs past the declared size or is broken is a
+    CorruptZipError; zipfile checks the CRC at the end."""
+    done, size = 0, len(out)
+    try:
+        with zf.open(zi) as f:
+            while done < size:
+                chunk = f.read(min(_ZIP_CHUNK, size - done))
+                if not chunk: raise EOFError(f"it ends after {done} of its declared {size} bytes")
+                out[done:done + len(chunk)] = memoryview(chunk)
+                done += len(chunk)
+            if f.read(1): raise ValueError(f"it inflates to more than its declared {size} bytes")
+    except _zip_read_errors() as e:
+        raise CorruptZipError(f"corrupt zip member {zi.filename}: {type(e).__name__}: {e}") from None
+
 def _zip_member_bytes(src: _Source, zf: zipfile.ZipFile, zi: zipfile.ZipInfo) -> Any:
-    """A compressed member, decompressed into a numpy uint8 array. Its declared size is checked against the load's
-    memory budget first, and it is inflated a chunk at a time into that many bytes: ``zipfile.ZipFile.read`` would
-    hold the whole member (and trust the header) before anything could be checked."""
+    """A compressed member's bytes, decompressed into a numpy uint8 array of its declared size (checked against
+    the memory budget first)."""
     import numpy as np
     src.budget.take(zi.file_size, f"zip member {zi.filename!r} (declared {zi.file_size:,} bytes uncompressed)")
     out = np.empty(zi.file_size, np.uint8)
-    done = 0
-    try:
-        with zf.open(zi) as f:
-            while done < zi.file_size:
-                chunk = f.read(min(_ZIP_CHUNK, zi.file_size - done))
-                if not chunk: raise EOFError(f"it ends after {done} of its declared {zi.file_size} bytes")
-                out[done:done + len(chunk)] = np.frombuffer(chunk, np.uint8)
-                done += len(chunk)
-            if f.read(1): raise ValueError(f"it inflates to more than its declared {zi.file_size} bytes")
-    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError, RuntimeError) as e:
-        raise CorruptZipError(f"corrupt zip member {zi.filename}: {e}") from None
+    _inflate_into(zf, zi, out)
     return out
+
+def _inflated_tensor(src: _Source, zf: zipfile.ZipFile, zi: zipfile.ZipInfo) -> Tensor:
+    """A compressed member as a uint8 tensor, decompressed straight into the tensor's buffer (within the budget)."""
+    _take_inflated(src, zi)
+    return _new_tensor_filled(dtypes.uint8, (zi.file_size,), src.device, lambda out: _inflate_into(zf, zi, out))
 
 def _zip_member_tensor(src: _Source, zf: zipfile.ZipFile, zi: zipfile.ZipInfo) -> Tensor:
     if zi.compress_type == zipfile.ZIP_STORED:
         if zi.compress_size != zi.file_size: raise CorruptZipError(f"corrupt zip file: stored member {zi.filename} has mismatched sizes")
         return src.tensor(_zip_data_offset(src, zi), zi.file_size, dtypes.uint8, (zi.file_size,), zi.filename)
-    return _tensor_from_bytes(_zip_member_bytes(src, zf, zi).tobytes(), dtypes.uint8, (zi.file_size,), src.device)
+    return _inflated_tensor(src, zf, zi)
 
 def zip_extract(fn: Tensor | str | os.PathLike, max_bytes: int | None = None) -> dict[str, Tensor]:
     """The files of a zip archive: name → uint8 tensor (a view of stored members, a decompressed copy otherwise).
-    Decompressed members may take at most ``max_bytes`` of memory in all (default: see ``torch_load``)."""
-    src = _Source(_as_byte_tensor(fn), "zip file", max_bytes)
+    Decompressed members may take at most ``max_bytes`` of memory in all (default: see ``torch_load``); they are
+    decompressed straight into their tensors' memory, so that is what the load uses. A malformed archive raises
+    CorruptZipError (a ``zipfile.BadZipFile`` and a ``ValueError``)."""
+    src = _Source(_as_byte_tensor(fn), "zip file", max_bytes, error=CorruptZipError)
     zf, members = _zip_members(src)
-    with zf: return {zi.filename: _zip_member_tensor(src, zf, zi) for zi in members if not zi.is_dir()}
+    with zf: return {zi.filename: _zip_member_tensor(src, zf, zi) for zi in members if not _is_zip_dir(zi)}
 
 # ---------------------------------------------------------------- torch checkpoints
 
@@ -634,18 +736,18 @@ def _build_tensor(ref: _TensorRef, src: _Source, places: dict[str, int]) -> Tens
     first = places[root.key] + storage_offset + ref.offset * itemsize   # the first element's byte in the source
     contiguous = all(st == c for s, st, c in zip(size, stride, _c_strides(size)) if s != 1)
     if contiguous: return src.tensor(first, numel * itemsize, ref.dtype, size, "tensor")
-    # a strided view: read the bytes it spans and gather them on the default device. The gathered copy is new
-    # memory: a 1-element storage "expanded" by stride 0 to a billion elements is refused here, before allocating
-    src.budget.take(span + numel * itemsize, f"tensor of size {size} with stride {stride} (a gathered copy)")
+    # a strided view: read the bytes it spans and gather them into a new tensor on the default device. Both are new
+    # memory, counted before they are allocated: a 1-element storage "expanded" by stride 0 to a billion elements is
+    # refused here. (The span is read straight into its array and gathered straight into the tensor's buffer.)
+    copies = 1 if _host_device(src.device) else 2
+    src.budget.take(span + copies * numel * itemsize, f"tensor of size {size} with stride {stride} (a gathered copy)")
     import numpy as np
     carrier = np.dtype(f"<u{itemsize}") if itemsize > 1 else np.dtype(np.uint8)
-    raw = np.frombuffer(src.read(first, span), dtype=np.uint8)
     padded = np.zeros(((span + itemsize - 1) // itemsize) * itemsize, np.uint8)
-    padded[:span] = raw
-    elems = padded.view(carrier)
-    # in bounds: the strides are >= 0 and the last element, sum((size - 1) * stride), is elems[-1] (_checked_layout)
-    gathered = np.lib.stride_tricks.as_strided(elems, shape=size, strides=tuple(st * itemsize for st in stride)).copy()
-    return _tensor_from_bytes(gathered.tobytes(), ref.dtype, size, src.device)
+    src.read_into(first, padded[:span], "tensor")
+    # in bounds: the strides are >= 0 and the last element, sum((size - 1) * stride), is the last one (_checked_layout)
+    spanned = np.lib.stride_tricks.as_strided(padded.view(carrier), shape=size, strides=tuple(st * itemsize for st in stride))
+    return _new_tensor_filled(ref.dtype, size, src.device, lambda out: np.copyto(out.view(carrier).reshape(size), spanned))
 
 def _c_strides(shape: tuple) -> tuple:
     strides, acc = [], 1
@@ -718,7 +820,7 @@ def torch_load(fn: Tensor | str | os.PathLike, max_bytes: int | None = None) -> 
     tensors gathered into copies, copies out of a non-DISK tensor), checked before each allocation. The default
     is the ``LOAD_MAX_BYTES`` environment variable, else the larger of 1 GiB and 16 x the file size."""
     t = _as_byte_tensor(fn)
-    src = _Source(t, "torch checkpoint", max_bytes)
+    src = _Source(t, "torch checkpoint", max_bytes, error=CorruptCheckpointError)
     head = src.read(0, min(src.nbytes, 6))
     if head[:4] == b"PK\x03\x04" or _is_zip(t): return _torch_load_zip(t, src)
     if src.nbytes >= 512 and src.read(257, 5) == b"ustar": return _torch_load_tar(t, src)
@@ -728,8 +830,30 @@ def _is_zip(t: Tensor) -> bool:
     try: return zipfile.is_zipfile(TensorIO(t))
     except Exception: return False
 
+class _ArrayReader:
+    """A read-only file over a numpy uint8 array that doesn't copy it (``io.BytesIO`` would: a pickle decompressed
+    into memory would be held twice). Just what ``pickle.Unpickler`` calls."""
+    def __init__(self, data: Any): self._data, self._pos = data, 0
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._data) if n is None or n < 0 else min(len(self._data), self._pos + n)
+        out, self._pos = self._data[self._pos:end].tobytes(), end
+        return out
+    def readinto(self, buffer: Any) -> int:
+        out = memoryview(buffer).cast("B")
+        n = min(len(out), len(self._data) - self._pos)
+        out[:n] = self._data[self._pos:self._pos + n].data
+        self._pos += n
+        return n
+    def readline(self) -> bytes:
+        end = self._pos
+        while end < len(self._data):   # (a window at a time: no copy of the whole rest per line)
+            window = self._data[end:end + 4096].tobytes()
+            if (newline := window.find(b"\n")) >= 0: return self.read(end + newline + 1 - self._pos)
+            end += len(window)
+        return self.read()
+
 def _unpickle(data: Any, persistent_load: Callable[[Any], Any], what: str) -> Any:
-    f = io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data
+    f = io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else _ArrayReader(data) if type(data).__module__ == "numpy" else data
     try: return _TorchUnpickler(f, persistent_load).load()
     except pickle.UnpicklingError as e:
         if str(e).startswith("torch_load:"): raise
@@ -738,9 +862,9 @@ def _unpickle(data: Any, persistent_load: Callable[[Any], Any], what: str) -> An
             MemoryError, OverflowError) as e:
         raise pickle.UnpicklingError(f"torch_load: corrupt {what}: {type(e).__name__}: {e}") from None
 
-def _zip_member_data(src: _Source, zf: zipfile.ZipFile, zi: zipfile.ZipInfo) -> bytes:
+def _zip_member_data(src: _Source, zf: zipfile.ZipFile, zi: zipfile.ZipInfo) -> Any:
     """A small member's bytes (the pickle, the byte order), stored or compressed, within the memory budget."""
-    if zi.compress_type != zipfile.ZIP_STORED: return _zip_member_bytes(src, zf, zi).tobytes()   # (zipfile checks the CRC)
+    if zi.compress_type != zipfile.ZIP_STORED: return _zip_member_bytes(src, zf, zi)   # (zipfile checks the CRC)
     data = src.read(_zip_data_offset(src, zi), zi.file_size, zi.filename)
     if zlib.crc32(data) != zi.CRC: raise CorruptZipError(f"corrupt zip file: bad CRC-32 for {zi.filename}")
     return data
@@ -754,7 +878,7 @@ def _torch_load_zip(t: Tensor, src: _Source) -> Any:
         prefix = min(pkls, key=len)[:-len("data.pkl")]
         if (bo := by_name.get(prefix + "byteorder")) is not None:
             if bo.file_size > 16: raise ValueError(f"corrupt torch checkpoint: the byteorder member has {bo.file_size} bytes")
-            if (order := _zip_member_data(src, zf, bo)).strip() not in (b"little", b""):
+            if (order := bytes(_zip_member_data(src, zf, bo))).strip() not in (b"little", b""):
                 raise NotImplementedError(f"torch_load: big-endian checkpoints are not supported (byteorder {order!r})")
         storages: dict[str, _StorageRef] = {}
         pkl = _zip_member_data(src, zf, by_name[prefix + "data.pkl"])
@@ -767,7 +891,7 @@ def _torch_load_zip(t: Tensor, src: _Source) -> Any:
             need = ref.numel * ref.dtype.itemsize
             if zi.file_size < need: raise ValueError(f"corrupt torch checkpoint: storage {key} has {zi.file_size} bytes, needs {need}")
             if zi.compress_type != zipfile.ZIP_STORED:  # re-compressed by some tool: inflate it into memory
-                cpu_copies[key] = _Source.of_array(_zip_member_bytes(src, zf, zi), f"storage {key}", src.budget, src.device)
+                cpu_copies[key] = _inflated_source(src, zf, zi, f"storage {key}")
                 continue
             places[key] = _zip_data_offset(src, zi)
             src.check(places[key], need, f"storage {key}")
@@ -776,6 +900,19 @@ def _torch_load_zip(t: Tensor, src: _Source) -> Any:
         if root.key in cpu_copies: return _build_tensor(ref, cpu_copies[root.key], {root.key: 0})
         return _build_tensor(ref, src, places)
     return _resolve(result, build)
+
+def _inflated_source(src: _Source, zf: zipfile.ZipFile, zi: zipfile.ZipInfo, what: str) -> _Source:
+    """A compressed storage member decompressed into memory (within the budget), as a source its tensors are
+    built from. On a host-memory device the member is inflated into a buffer of that device and its contiguous
+    tensors are views of that buffer: the storage is in memory once (inflating it into an array, copying the
+    array's bytes out and into each tensor held it three times, two of them uncounted)."""
+    import numpy as np
+    storage = _inflated_tensor(src, zf, zi)
+    if zi.file_size == 0: return _Source.of_array(np.zeros(0, np.uint8), what, src.budget, src.device, CorruptCheckpointError)
+    buffer = buffer_of(storage.uop.base)
+    if (host := _host_bytes(buffer)) is not None:
+        return _Source.of_array(host, what, src.budget, src.device, CorruptCheckpointError, host_buffer=buffer)
+    return _Source.of_array(storage.numpy(), what, src.budget, src.device, CorruptCheckpointError)   # (counted by _take_inflated)
 
 _LEGACY_MAGIC = 0x1950a86a20f9469cfc6c
 _LEGACY_PROTOCOL = 1001

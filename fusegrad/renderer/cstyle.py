@@ -48,10 +48,12 @@ class CStyleLanguage(Renderer):
         return f"({text})" if value < 0 else text
 
     # ---------------------------------------------------------------- ALU
-    def math_function(self, name: str, dtype: DType, x: str) -> str:
-        if dtype == dtypes.float64: return f"{name}({x})"
-        if dtype == dtypes.float32: return f"{name}f({x})"
-        return f"(({self.render_dtype(dtype)}){name}f((float)({x})))"
+    def math_function(self, name: str, dtype: DType, *args: str) -> str:
+        """C's ``name`` on ``args``: the double function, the float one, or (half, bfloat16) the float one on each
+        argument widened, its result narrowed."""
+        if dtype == dtypes.float64: return f"{name}({', '.join(args)})"
+        if dtype == dtypes.float32: return f"{name}f({', '.join(args)})"
+        return f"(({self.render_dtype(dtype)}){name}f({', '.join(f'(float)({x})' for x in args)}))"
 
     def render_alu(self, u: UOp, s: list[str]) -> str:
         op, dtype = u.op, u.dtype
@@ -65,20 +67,20 @@ class CStyleLanguage(Renderer):
         if op is Ops.TRUNC: return self.math_function("trunc", dtype, s[0]) if dtypes.is_float(dtype) else s[0]
         if op is Ops.RECIPROCAL: return f"({self.render_const(1.0, dtype)}/{s[0]})"
         if op is Ops.NEG: return f"(!{s[0]})" if dtype == dtypes.bool else f"(-{s[0]})"
-        if op is Ops.POW: return self.math_function("pow", dtype, f"{s[0]}, {s[1]}") if dtype != dtypes.float16 else \
+        if op is Ops.POW: return self.math_function("pow", dtype, s[0], s[1]) if dtype != dtypes.float16 else \
             f"(({self.render_dtype(dtype)})powf((float){s[0]}, (float){s[1]}))"
         infix = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==",
                  Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
         if op in infix: return f"({s[0]}{infix[op]}{s[1]})"
         if op in (Ops.IDIV, Ops.MOD):
-            if dtypes.is_float(src_dtype): return self.math_function("fmod", dtype, f"{s[0]}, {s[1]}")
+            if dtypes.is_float(src_dtype): return self.math_function("fmod", dtype, s[0], s[1])
             return self.render_int_division(u, s[0], s[1])
         if op is Ops.MAX:
             if dtypes.is_float(dtype): return f"((({s[0]}>{s[1]})|({s[0]}!={s[0]}))?{s[0]}:{s[1]})"
             return f"(({s[0]}>{s[1]})?{s[0]}:{s[1]})"
         if op is Ops.WHERE: return f"({s[0]}?{s[1]}:{s[2]})"
         if op is Ops.MULACC:   # a fused multiply-add where the IR asks for one (codegen/lowering.py), never elsewhere
-            if dtypes.is_float(dtype): return self.math_function("fma", dtype, f"{s[0]}, {s[1]}, {s[2]}")
+            if dtypes.is_float(dtype): return self.math_function("fma", dtype, s[0], s[1], s[2])
             return f"(({s[0]}*{s[1]})+{s[2]})"
         raise NotImplementedError(f"{type(self).__name__} can't render {op}")
 
@@ -311,8 +313,11 @@ class CStyleLanguage(Renderer):
         if u.op is Ops.CAST: value = self.render_cast(u.dtype, s[0], u.src[0].dtype)
         elif u.op is Ops.BITCAST: value = self.render_bitcast(u.dtype, s[0], u.src[0].dtype)
         else: value = self.render_alu(u, s)
-        if state.uses[u] > 1: state.declare(self, u, _strip(value), "alu" if u.op is not Ops.CAST else "cast")
-        else: state.expr[u] = value
+        # an expression nested deeper than MAX_INLINE_NEST gets a variable too: inlining a long chain of single-use
+        # values into one expression copies the growing string at every step (quadratic), and compilers recurse on it
+        nest = 1 + max([state.nest.get(x, 0) for x in u.src], default=0)
+        if state.uses[u] > 1 or nest > MAX_INLINE_NEST: state.declare(self, u, _strip(value), "alu" if u.op is not Ops.CAST else "cast")
+        else: state.expr[u], state.nest[u] = value, nest
 
     # (dialects whose element type can't be dereferenced, like OpenCL's storage-only half, override these two)
     def render_scalar_load(self, index: UOp, expr: dict[UOp, str]) -> str:
@@ -333,6 +338,10 @@ class CStyleLanguage(Renderer):
 
     barrier = ""          # the workgroup barrier statement of a GPU dialect
     smem_prefix = ""      # the qualifier of workgroup-shared arrays
+
+# The deepest an inlined value expression may nest before it is named (no hand-written or generated kernel of a
+# normal model comes near it; a lazy chain of thousands of elementwise ops does)
+MAX_INLINE_NEST = 64
 
 def named_vector(state: "RenderState", u: UOp) -> bool:
     """Does VECTORIZE ``u`` get a variable? When used more than once, unless every lane is a constant: a constant
@@ -366,6 +375,7 @@ class RenderState:
     masked: set[DType] = field(default_factory=set)        # vector dtypes loaded or stored under a lane mask
     cleanup: list[str] = field(default_factory=list)       # statements that end the kernel (freeing heap buffers)
     tensor_cores: set = field(default_factory=set)         # the TensorCores whose helper functions the kernel calls
+    nest: dict[UOp, int] = field(default_factory=dict)     # how many inlined ALU ops deep each inlined value's expression is
     def fresh(self, prefix: str) -> str:
         self.counters[prefix] += 1
         return f"{prefix}{self.counters[prefix]-1}"

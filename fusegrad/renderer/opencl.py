@@ -151,8 +151,8 @@ class OpenCLRenderer(CStyleLanguage):
         return f"(int){function}({name[-1]})"
 
     # ---------------------------------------------------------------- ALU
-    def math_function(self, name: str, dtype: DType, x: str) -> str:
-        return f"{name}({x})"   # OpenCL's math built-ins are overloaded for float, double (and half)
+    def math_function(self, name: str, dtype: DType, *args: str) -> str:
+        return f"{name}({', '.join(args)})"   # OpenCL's math built-ins are overloaded for float, double (and half)
 
     def render_alu(self, u: UOp, s: list[str]) -> str:
         value = f"pow({s[0]}, {s[1]})" if u.op is Ops.POW and u.dtype.count == 1 else super().render_alu(u, s)

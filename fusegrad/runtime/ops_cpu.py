@@ -3,7 +3,7 @@ that ctypes loads. Compiled libraries are cached on disk by source hash (see Com
 from __future__ import annotations
 import ctypes, os, pathlib, platform, re, subprocess, tempfile, time
 from fusegrad.device import Compiled, Compiler, CompileError, MallocAllocator
-from fusegrad.helpers import PROFILE, ansistrip, cache_dir, content_hash, getenv
+from fusegrad.helpers import PROFILE, ansistrip, usable_cache_dir, content_hash, getenv
 from fusegrad.renderer.cstyle import ClangRenderer
 
 # OpenMP threads sleep between kernels instead of spinning: spinning wins a few microseconds on
@@ -97,23 +97,38 @@ def _write_library(path: pathlib.Path, lib: bytes) -> None:
 def library_path(lib: bytes) -> pathlib.Path:
     """The cached shared library holding exactly ``lib``, named by its SHA-256. A file already there is checked
     against that hash before it is loaded: a truncated library would SIGBUS in the loader on every run, and an
-    edited one would run its edits. A mismatch is rewritten from ``lib`` (with a warning)."""
+    edited one would run its edits. A mismatch is rewritten from ``lib`` (with a warning). Where the cache folder
+    can't be used or written (a file, read-only, full), the library goes to a folder of this process's own."""
     digest = content_hash(lib)
-    path = cache_dir() / "libs" / f"{digest}.so"
     # a batch's kernels share one library: it is checked once per process (dlopen hands back the copy already
     # loaded from this path, so checking the file again would not change what runs)
-    if path in _checked_libraries: return path
-    try: on_disk = path.read_bytes()
-    except FileNotFoundError: on_disk = None
+    if (known := _checked_libraries.get(digest)) is not None: return known
+    folder = usable_cache_dir("libs")
+    path = folder / f"{digest}.so" if folder is not None else _private_library_folder() / f"{digest}.so"
+    try: on_disk = path.read_bytes() if path.is_file() else None
+    except OSError: on_disk = None
     if on_disk is not None and content_hash(on_disk) != digest:
         import warnings
         warnings.warn(f"the cached kernel library {path} doesn't match its hash (damaged or edited); rewriting it", RuntimeWarning, stacklevel=3)
         on_disk = None
-    if on_disk is None: _write_library(path, lib)
-    _checked_libraries.add(path)
+    if on_disk is None:
+        try: _write_library(path, lib)
+        except OSError:   # (the cache folder is full or went read-only: this process's own folder still works)
+            path = _private_library_folder() / f"{digest}.so"
+            _write_library(path, lib)
+    _checked_libraries[digest] = path
     return path
 
-_checked_libraries: set[pathlib.Path] = set()
+_checked_libraries: dict[str, pathlib.Path] = {}   # SHA-256 of a library -> the checked file it is loaded from
+_private_folder: list[pathlib.Path] = []
+
+def _private_library_folder() -> pathlib.Path:
+    """A temporary folder for this process's libraries when the cache can't hold them (removed at exit)."""
+    if not _private_folder:
+        import atexit, shutil
+        _private_folder.append(pathlib.Path(tempfile.mkdtemp(prefix="fusegrad-libs-")))
+        atexit.register(shutil.rmtree, _private_folder[0], True)
+    return _private_folder[0]
 
 class CPUProgram:
     """A kernel in a shared library. Called with buffer pointers, then int arguments."""

@@ -127,13 +127,17 @@ def _folded_arithmetic(node: UOp) -> bool:
         if x.op is not Ops.ASSIGN: stack.extend(x.src)   # an assign's value is the buffer's, not this node's
     return False
 
-def find_realize_points(roots: list[UOp]) -> list[UOp]:
+# The most elementwise and reduce ops one kernel computes one after another: a deeper chain is stored part way
+MAX_FUSED_DEPTH = 1000
+
+def find_realize_points(roots: list[UOp], depth_cuts: set[UOp] | None = None) -> list[UOp]:
     """Nodes whose value is stored in a buffer, in dependency order (sources first).
 
     Stored: roots, CONTIGUOUS / ASSIGN / COPY, a reduce with several consumers, a value read through
     an EXPAND or computed inside another reduce's loop when ``store_is_cheaper`` says repeating it
     costs more than storing it, and values whose recomputation would repeat a reduce or grow
-    exponentially (several views of one value)."""
+    exponentially (several views of one value), and a chain deeper than ``MAX_FUSED_DEPTH`` part way (those go in
+    ``depth_cuts`` when given: see group_kernels)."""
     sink = UOp(Ops.SINK, dtypes.void, tuple(roots))
     order = list(sink.toposort)
     consumers: dict[UOp, list[UOp]] = {}
@@ -176,6 +180,7 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
     stored_for_expand = {node for node in expand_factor if node in realize}
     # a second pass in dependency order: a node's sources are decided before it, so work and
     # has_reduce only count what would really be recomputed with it
+    depth: dict[UOp, int] = {}
     for node in order:
         recomputed = recomputed_sources(node)
         if node.op is Ops.REDUCE_AXIS and _nests_a_reduce(node, has_reduce, realize, boundaries, work):
@@ -187,6 +192,12 @@ def find_realize_points(roots: list[UOp]) -> list[UOp]:
         # (SGD's lr * grad over a small batch; BatchNorm's rsqrt(var + eps) * weight stays stored)
         if node in stored_for_expand and not has_reduce[node] and not _store_for_repeats(node, work[node], expand_factor[node]):
             realize.discard(node)
+        # a kernel never nests more than MAX_FUSED_DEPTH ops: deeper, and the C compiler's recursive passes overflow
+        # its stack (a lazy chain of 100,000 ops) and take superlinear time
+        depth[node] = (node.op in GroupOp.Elementwise or node.op is Ops.REDUCE_AXIS) + max([depth[s] for s in recomputed], default=0)
+        if depth[node] > MAX_FUSED_DEPTH and node not in realize:
+            realize.add(node)
+            if depth_cuts is not None: depth_cuts.add(node)
         if node.op in GroupOp.Movement or node.op in boundaries or node in realize: continue
         # a computed value read through several different views (x and x.flip(0), x and x.shrink(...))
         # would be recomputed once per view, and chains of such reads (sort networks, scans, their
@@ -265,19 +276,40 @@ def _is_unit_reshape(x: UOp) -> bool:
     """A reshape that only adds or removes size-1 dims keeps every element's loop indices."""
     return x.op is Ops.RESHAPE and tuple(s for s in x.shape if s != 1) == tuple(s for s in x.src[0].shape if s != 1)
 
-def _reads_elementwise(node: UOp, member: UOp) -> bool:
-    """Does every path from ``node`` down to ``member`` go through elementwise ops only?"""
+def _reads_elementwise(node: UOp, member: UOp, below: dict[UOp, frozenset[UOp]], needs: dict[UOp, set[UOp]]) -> bool:
+    """Does every path from realize point ``node`` down to realize point ``member`` go through elementwise ops only?
+    The walk stays in ``node``'s own kernel region: a path through another point ``q`` on the way joins ``q`` only
+    if ``q`` is in ``member``'s group, having read ``member`` elementwise itself (see group_kernels). ``below`` and
+    ``needs`` are the point graph (``_point_graph``)."""
+    def reaches(s: UOp) -> bool:
+        if s is member: return True
+        points = (s,) if s in needs else below[s]
+        return any(p is member or member in needs[p] for p in points)
     stack, seen = [node], set()
     while stack:
         x = stack.pop()
-        if x is member or x in seen: continue
+        if x in seen: continue
         seen.add(x)
         for s in x.src:
-            if member not in s.toposort: continue
+            if not reaches(s): continue
             if x.op in GroupOp.Movement and not _is_unit_reshape(x): return False
             if x.op is Ops.REDUCE_AXIS: return False
-            stack.append(s)
+            if s not in needs: stack.append(s)   # (a point on the way read member elementwise when it joined)
     return True
+
+def _point_graph(points: list[UOp]) -> tuple[dict[UOp, frozenset[UOp]], dict[UOp, set[UOp]]]:
+    """The graph of the realize points alone: for every node, the points its value reads directly (through no other
+    point, itself left out), and for every point, every point it depends on. Asking "does point b need a?"
+    here costs a set lookup instead of a cached toposort per point (memory quadratic in a deep chain's length)."""
+    point_set = set(points)
+    below: dict[UOp, frozenset[UOp]] = {}
+    for x in UOp(Ops.SINK, dtypes.void, tuple(points)).toposort:
+        found = frozenset().union(*(frozenset((s,)) if s in point_set else below[s] for s in x.src)) if x.src else frozenset()
+        below[x] = found
+    needs: dict[UOp, set[UOp]] = {}
+    for p in points:   # (dependency order: the points under p are done)
+        needs[p] = set(below[p]).union(*(needs[q] for q in below[p]))
+    return below, needs
 
 def _kernel_work(points: list[UOp]) -> dict[UOp, frozenset[UOp]]:
     """For each realize point, what its kernel reads (buffers, other realize points) and reduces.
@@ -311,17 +343,19 @@ def _shares_work(a: set[UOp], b: set[UOp]) -> bool:
     them in one kernel save memory traffic."""
     return not a.isdisjoint(b)
 
-def group_kernels(points: list[UOp]) -> list[list[UOp]]:
+def group_kernels(points: list[UOp], depth_cuts: set[UOp] = frozenset()) -> list[list[UOp]]:
     """Group realize points into kernels. Points of the same shape and device that don't depend on
     each other become one multi-output kernel: they share loops, and a reduce they share is
     computed once. A group is emitted just before the first point that needs one of its members,
-    so the order stays a valid dependency order."""
+    so the order stays a valid dependency order. A point that reads one of ``depth_cuts`` (see find_realize_points)
+    never joins its kernel: that would make the kernel as deep as the chain the cut split."""
     units: list[list[UOp]] = []
     open_groups: dict[tuple, list[UOp]] = {}
     work = _kernel_work(points)
+    below, point_needs = _point_graph(points)
     assigning = any(p.op is Ops.ASSIGN for p in points)
     for node in points:
-        needs = node.toposort
+        needs = point_needs[node]
         simple = node.op not in (Ops.COPY, Ops.ASSIGN) and all(isinstance(s, int) for s in node.shape)
         # size-1 dims don't make loops, so (4, 1) and (4,) outputs share theirs
         key = (tuple(x for x in node.shape if x != 1), node.device)
@@ -329,7 +363,8 @@ def group_kernels(points: list[UOp]) -> list[list[UOp]]:
             used = [member for member in group if member in needs]
             if not used: continue
             # a node that reads members elementwise, at the same loop indices, can join their kernel
-            if simple and group_key == key and all(_reads_elementwise(node, member) for member in used): continue
+            if simple and group_key == key and not depth_cuts.intersection(used) \
+                    and all(_reads_elementwise(node, member, below, point_needs) for member in used): continue
             units.append(group)
             del open_groups[group_key]
         if not simple:
@@ -485,14 +520,8 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     from fusegrad.schedule.multi import has_multi, schedule_multi
     if has_multi(roots): return schedule_multi(roots, create_schedule)
     schedule_cache_stats.misses += 1
-    # lowering a kernel recurses along the graph: make room for long lazy chains
-    import sys
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 4 * len(order) + 1000))
     from fusegrad.viz.profile import span
-    try:
-        with span("schedule", "schedule", roots=len(roots)): items, becomes, realized = _create_schedule(roots)
-    finally: sys.setrecursionlimit(limit)
+    with span("schedule", "schedule", roots=len(roots)): items, becomes, realized = _create_schedule(roots)
     if (template := _to_template(items, realized, order, becomes)) is not None:
         if len(SCHEDULE_CACHE) >= SCHEDULE_CACHE_SIZE: SCHEDULE_CACHE.pop(next(iter(SCHEDULE_CACHE)))
         SCHEDULE_CACHE[key] = template
@@ -512,7 +541,8 @@ def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UO
     simplified = [UOp(Ops.CONTIGUOUS, r.dtype, (r,)) if (r.base in overwritten and r.base.op is Ops.ASSIGN and not _is_alias(o))
                   or (_is_view_of_buffer(r) and _folded_arithmetic(o)) else r for o, r in zip(roots, simplified)]
     becomes: dict[UOp, UOp] = {r: s for r, s in zip(roots, simplified) if r is not s}
-    points = find_realize_points(simplified)
+    depth_cuts: set[UOp] = set()
+    points = find_realize_points(simplified, depth_cuts)
     realized: dict[UOp, UOp] = {}
     items: list[ScheduleItem] = []
     # write-after-read order: a kernel that reads a buffer as assign A left it runs before the
@@ -526,7 +556,7 @@ def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UO
         ast, var_vals = _unbind(ast)
         for a in assigns_read: readers_of.setdefault(a, set()).add(len(items))
         items.append(ScheduleItem(ast, tuple(buffers), var_vals, frozenset(raw_reads), assigned))
-    for unit in group_kernels(points):
+    for unit in group_kernels(points, depth_cuts):
         if len(unit) > 1:
             outs = [new_buffer_uop(node.device, prod(node.shape), node.dtype) for node in unit]
             add_kernel([(node, out, out) for node, out in zip(unit, outs)])

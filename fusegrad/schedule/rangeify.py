@@ -18,6 +18,7 @@ PARAM buffers; the caller maps PARAM slots to real buffers.
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
+from typing import Callable
 from fusegrad.dtype import dtypes, DType
 from fusegrad.helpers import prod
 from fusegrad.uop.ops import UOp, Ops, GroupOp, AxisType, sint_to_uop, graph_rewrite_memo
@@ -53,6 +54,14 @@ def _and(a: UOp | None, b: UOp | None) -> UOp | None:
     if a is None: return b
     if b is None: return a
     return a & b
+
+@dataclass
+class _Pending:
+    """A value of ``KernelBuilder.lower`` still to build: from the values of ``sources`` (lowering keys), by ``combine``."""
+    sources: tuple[tuple, ...]
+    combine: Callable[[list[UOp]], UOp]
+
+def _only(values: list[UOp]) -> UOp: return values[0]
 
 @dataclass
 class KernelBuilder:
@@ -142,18 +151,42 @@ class KernelBuilder:
 
     # ---------------------------------------------------------------- values
     def lower(self, node: UOp, idxs: tuple[UOp, ...], valid: UOp | None) -> UOp:
-        """The kernel-level value of tensor node ``node`` at indices ``idxs``."""
+        """The kernel-level value of tensor node ``node`` at indices ``idxs``.
+
+        Iterative: a lazy chain of 100,000 ops is 100,000 frames of an explicit stack, not of the C stack. Each
+        (node, indices, validity) is planned once (``_lower``), in the order a depth-first, left-to-right recursion
+        would visit it, so ranges and PARAM slots are numbered as before and kernels come out the same."""
         key = (node, idxs, valid)
-        if (done := self.memo.get(key)) is not None: return done
-        result = self._lower(node, idxs, valid)
-        self.memo[key] = result
-        return result
+        memo = self.memo
+        if (done := memo.get(key)) is not None: return done
+        stack: list[list] = [[key, None]]   # [key, its _Pending once planned]
+        while stack:
+            frame = stack[-1]
+            key = frame[0]
+            if key in memo:
+                stack.pop()
+                continue
+            if (pending := frame[1]) is not None:   # every source is done: combine them
+                stack.pop()
+                memo[key] = pending.combine([memo[k] for k in pending.sources])
+                continue
+            planned = self._lower(*key)
+            if not isinstance(planned, _Pending):
+                stack.pop()
+                memo[key] = planned
+                continue
+            frame[1] = planned
+            # (pushed last-first: the first source is lowered first, as a recursion would)
+            stack.extend([k, None] for k in reversed(planned.sources) if k not in memo)
+        return memo[(node, idxs, valid)]
 
     def load(self, buffer: UOp, shape: tuple, idxs: tuple[UOp, ...], valid: UOp | None) -> UOp:
         index = self.param(buffer).index(flat_index(idxs, shape), valid)
         return UOp(Ops.LOAD, buffer.dtype, (index,))
 
-    def _lower(self, node: UOp, idxs: tuple[UOp, ...], valid: UOp | None) -> UOp:
+    def _lower(self, node: UOp, idxs: tuple[UOp, ...], valid: UOp | None) -> "UOp | _Pending":
+        """One step of ``lower``: the value itself when it needs no other value (a load, a constant), else the
+        (node, indices, validity) keys it is built from and how."""
         if (buffer := self.realized.get(node)) is not None and node.op is not Ops.BUFFER:
             if node.op is Ops.ASSIGN: self.assigns_read.add(node)
             return self.load(buffer, node.shape, idxs, valid)
@@ -169,16 +202,16 @@ class KernelBuilder:
         if op is Ops.ARANGE: return idxs[0].cast(node.dtype)
         if op in GroupOp.Movement:
             src_idxs, src_valid, gate = self.move_indices(node, idxs, valid)
-            value = self.lower(node.src[0], src_idxs, src_valid)
-            return gate.where(value, UOp.const(node.dtype, 0)) if gate is not None else value
+            if gate is None: return _Pending(((node.src[0], src_idxs, src_valid),), _only)
+            return _Pending(((node.src[0], src_idxs, src_valid),), lambda values: gate.where(values[0], UOp.const(node.dtype, 0)))
         if op in GroupOp.Elementwise:
             # (an ALU's arg is a fact for codegen, e.g. the bound on a COS's angle: it travels into the kernel)
-            return UOp(op, node.dtype, tuple(self.lower(s, idxs, valid) for s in node.src), node.arg)
+            return _Pending(tuple((s, idxs, valid) for s in node.src), lambda values: UOp(op, node.dtype, tuple(values), node.arg))
         if op is Ops.REDUCE_AXIS: return self.lower_reduce(node, idxs, valid)
-        if op in (Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.CONTIGUOUS): return self.lower(node.src[0], idxs, valid)
+        if op in (Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.CONTIGUOUS): return _Pending(((node.src[0], idxs, valid),), _only)
         raise NotImplementedError(f"can't lower {op} into a kernel")
 
-    def lower_reduce(self, node: UOp, idxs: tuple[UOp, ...], valid: UOp | None) -> UOp:
+    def lower_reduce(self, node: UOp, idxs: tuple[UOp, ...], valid: UOp | None) -> "_Pending":
         reduce_op, axes = node.arg
         src = node.src[0]
         # reductions of the same shape at the same outer indices share their loops
@@ -189,8 +222,7 @@ class KernelBuilder:
             self.reduce_ranges[range_key] = ranges
         src_idxs = list(idxs)
         for axis, rng in zip(axes, ranges): src_idxs[axis] = rng
-        value = self.lower(src, tuple(src_idxs), valid)
-        return UOp(Ops.REDUCE, node.dtype, (value,) + ranges, reduce_op)
+        return _Pending(((src, tuple(src_idxs), valid),), lambda values: UOp(Ops.REDUCE, node.dtype, (values[0],) + ranges, reduce_op))
 
     # ---------------------------------------------------------------- stores
     def store_target(self, target: UOp, idxs: tuple[UOp, ...]) -> tuple[UOp, UOp | None, UOp]:

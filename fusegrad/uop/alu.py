@@ -47,7 +47,13 @@ def _fdiv(a: float, b: float) -> float:
     return a / b
 
 def _idiv(a: int, b: int) -> int: return _cdiv(a, b) if b != 0 else 0
-def _mod(a: int, b: int) -> int: return _cmod(a, b) if b != 0 else 0
+def _mod(a: Any, b: Any) -> Any:
+    if isinstance(a, float) or isinstance(b, float): return _fmod(float(a), float(b))
+    return _cmod(a, b) if b != 0 else 0
+
+def _fmod(a: float, b: float) -> float:
+    """C's fmod, exact (a float MOD is fmod on every device): NaN for an infinite a or a zero b, a for an infinite b."""
+    return math.nan if math.isinf(a) or b == 0 else math.fmod(a, b)
 
 def _trunc(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x): return x

@@ -280,6 +280,10 @@ class UOp(metaclass=UOpMetaClass):
         if self.op is Ops.DEVICE: return self.arg
         if self.op is Ops.BUFFER: return self.arg[1]
         if self.op is Ops.COPY: return self.arg
+        for source in self.src:   # (a deep graph whose sources lack theirs: filled bottom-up, not by recursion)
+            if "device" not in source.__dict__:
+                self._fill_bottom_up("device")
+                break
         if self.op is Ops.MULTI:   # the device tuple: one device per shard (one source on a tuple: a reshard of it)
             return self.src[0].device if len(self.src) == 1 and isinstance(self.src[0].device, tuple) else tuple(s.device for s in self.src)
         for s in self.src:

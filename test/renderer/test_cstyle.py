@@ -244,3 +244,9 @@ def test_lanes_of_two_vectors_render_as_one_shuffle(tmp_path):
     out, unused = np.zeros(8, np.float32), np.zeros(8, np.float32)
     lib.k(*(v.ctypes.data_as(ctypes.c_void_p) for v in (out, xa, xb, unused)))
     np.testing.assert_array_equal(out, [0, 10, 7, 13, 11, 2, 2, 17])
+
+def test_math_functions_of_several_half_arguments_widen_each():
+    # (it was one cast around "a, b": C's comma operator, fmodf of one argument)
+    renderer = ClangRenderer()
+    assert renderer.math_function("fmod", dtypes.float16, "a", "b") == "((_Float16)fmodf((float)(a), (float)(b)))"
+    assert renderer.math_function("fma", dtypes.float32, "a", "b", "c") == "fmaf(a, b, c)"
