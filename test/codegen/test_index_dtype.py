@@ -127,5 +127,5 @@ def test_arange_values_and_dtype_match_numpy(device, args, kwargs):
     assert got.tolist() == want.tolist()
 
 def test_arange_that_doesnt_fit_its_dtype_raises():
-    with pytest.raises(OverflowError, match="int32"): Tensor.arange(2**31, 2**31 + 2, dtype=dtypes.int32)
-    with pytest.raises(OverflowError, match="uint8"): Tensor.arange(250, 260, dtype=dtypes.uint8)
+    with pytest.raises(OverflowError, match="dtypes.int\\b"): Tensor.arange(2**31, 2**31 + 2, dtype=dtypes.int32)
+    with pytest.raises(OverflowError, match="dtypes.uchar"): Tensor.arange(250, 260, dtype=dtypes.uint8)

@@ -636,7 +636,7 @@ def test_group_lowers_to_local_memory_barrier_and_gated_store():
     ([Opt(G, 2, 4), Opt(P, 2, 8)], "PYTHON", "PADTO pads global and reduce axes, not GROUP_REDUCE"),
     # (float32 products: no tensor core here takes them; test_tc.py has the rest)
     ([Opt(OptOps.TC, 0, 0)], "PYTHON", "no single sum of products that the PYTHON tensor cores"),
-    ([Opt(OptOps.TC, 0, 0)], "CPU", r"no single sum of products that the CPU tensor cores \(bfloat16 -> float32\)"),
+    ([Opt(OptOps.TC, 0, 0)], "CPU", r"no single sum of products that the CPU tensor cores \(bfloat16 -> float\)"),
 ])
 def test_illegal_gpu_opts_raise(opts, device, message):
     ast = _kernel(_matmul(12, 8, 16), device).ast

@@ -95,7 +95,8 @@ def _linear_algebra() -> list[Tensor]:
 
 def _movement_and_indexing() -> list[Tensor]:
     a = empty(6, 10)
-    index = Tensor.empty(6, 4, dtype=dtypes.int32, device="CPU")
+    # (a lazy index: an empty buffer's garbage would be read, and refused, by gather's bounds check)
+    index = (Tensor.arange(24, dtype=dtypes.int32, device="CPU") % 10).reshape(6, 4)
     return [a.pad(((1, 2), (0, 3))) + 1, a.flip(1) * 2, a[1:5, ::2] + 1, a.permute(1, 0).contiguous() + 0, a.gather(1, index),
             a.repeat(2, 1) * 3, Tensor.arange(40, device="CPU").reshape(5, 8) + 1, Tensor.eye(9, device="CPU") + 0]
 
